@@ -1,0 +1,44 @@
+# Top level: every stage and the cuBLAS baselines. Each folder also builds on its own
+# (make -C 03_online_softmax test). See README.md.
+
+STAGES    := 00_naive 01_fused_rowwise
+BASELINES := bench/cublas_fp32 bench/cublas_bf16
+SUITES    := $(STAGES) $(BASELINES)
+JOBS      ?= $(shell nproc)
+
+.PHONY: all test bench sanitize profile diff clean $(SUITES)
+
+all:
+	@$(MAKE) --no-print-directory -j$(JOBS) $(SUITES)
+
+$(SUITES):
+	@$(MAKE) --no-print-directory -C $@ all
+
+# Builds everything, runs every suite (GPU cases are skipped by name where no GPU is
+# visible) and ends with one line that sums them.
+test:
+	@$(MAKE) --no-print-directory -k all; \
+	for suite in $(SUITES); do \
+	  rm -f build/$$(basename $$suite)/test-summary.txt; \
+	  $(MAKE) --no-print-directory -C $$suite test || true; \
+	done; \
+	bash common/sum_tests.sh $(foreach s,$(SUITES),$(notdir $(s)))
+
+bench: all
+	@bash bench/run_bench.sh $(STAGES)
+
+sanitize: all
+	@for stage in $(STAGES); do $(MAKE) --no-print-directory -C $$stage sanitize || exit 1; done
+
+# make profile STAGE=04
+profile:
+	@test -n "$(STAGE)" || { echo "usage: make profile STAGE=04" >&2; exit 2; }
+	@$(MAKE) --no-print-directory -C $(firstword $(wildcard $(STAGE)_*/) $(wildcard $(STAGE)/)) profile
+
+# make diff A=03 B=04: what one stage adds to the previous one.
+diff:
+	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make diff A=03 B=04" >&2; exit 2; }
+	@git --no-pager diff --no-index --color=auto $(wildcard $(A)_*/attention.cu) $(wildcard $(B)_*/attention.cu) || true
+
+clean:
+	rm -rf build

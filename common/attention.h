@@ -1,0 +1,69 @@
+// The contract every stage implements. Declared once here; each stage's attention.cu defines
+// the launcher for its element type plus its capability record and workspace size.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+// Tensors are contiguous row-major [batch, heads, len, head_dim], as PyTorch's
+// scaled_dot_product_attention takes them; lse is [batch, heads, len_q] in FP32.
+struct AttentionShape {
+    int batch = 1;
+    int heads = 1;
+    int len_q = 1;
+    int len_kv = 1;
+    int head_dim = 64;
+    bool causal = false;  // top-left aligned, as PyTorch's is_causal: query i sees key j iff j <= i
+    float scale = 0.0f;   // 0 selects the default, 1/sqrt(head_dim)
+
+    float softmax_scale() const;
+    int64_t q_elements() const { return int64_t(batch) * heads * len_q * head_dim; }
+    int64_t kv_elements() const { return int64_t(batch) * heads * len_kv * head_dim; }
+    int64_t lse_elements() const { return int64_t(batch) * heads * len_q; }
+    // Number of (query, key) pairs that are not masked, summed over batch and heads.
+    int64_t attended_pairs() const;
+    std::string to_string() const;
+};
+
+AttentionShape make_shape(int batch, int heads, int len_q, int len_kv, int head_dim,
+                          bool causal = false, float scale = 0.0f);
+
+// What a stage supports, published in one place that the tests, the benchmark and the
+// validation all read.
+struct StageCapabilities {
+    std::string name;            // folder name, e.g. "03_online_softmax"
+    std::string dtype;           // "fp32" or "bf16"
+    std::vector<int> head_dims;  // supported head dims
+    int max_len_q = 0;           // every len_q in [1, max_len_q] is supported
+    int max_len_kv = 0;          // every len_kv in [1, max_len_kv] is supported
+    bool causal = true;
+    bool backward = false;
+    int alignment_bytes = 4;     // q, k, v, o (and dout, dq, dk, dv) must be aligned to this
+};
+
+// ---- defined by every stage -------------------------------------------------------------
+// May ask the current device (stage 01 sizes its limit from the opt-in shared memory).
+const StageCapabilities& stage_capabilities();
+// Device memory the forward launcher allocates for this shape (0 for the fused stages).
+size_t attention_workspace_bytes(const AttentionShape& shape);
+
+// Exactly one of the two is defined by a stage, for its element type. lse may be null.
+// Throws std::invalid_argument on bad input before anything is launched or written, and
+// std::runtime_error on a CUDA failure. Never prints, exits or aborts.
+void attention_forward(const float* q, const float* k, const float* v, float* o, float* lse,
+                       const AttentionShape& shape, cudaStream_t stream = 0);
+void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                       __nv_bfloat16* o, float* lse, const AttentionShape& shape,
+                       cudaStream_t stream = 0);
+
+// Defined by stages whose capabilities say backward (07). lse is the forward's output.
+void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                        const __nv_bfloat16* o, const float* lse, const __nv_bfloat16* dout,
+                        __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
+                        const AttentionShape& shape, cudaStream_t stream = 0);
+size_t attention_backward_workspace_bytes(const AttentionShape& shape);

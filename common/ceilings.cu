@@ -1,0 +1,261 @@
+// Measures the ceilings declared in ceilings.h: a large cuBLAS BF16 GEMM, a large cuBLAS FP32
+// GEMM without TF32, and a device-to-device copy, on the current device.
+#include "ceilings.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <iomanip>
+#include <ostream>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "cublas_check.h"
+#include "cuda_check.h"
+
+namespace {
+
+// Large enough that cuBLAS runs its best steady-state kernel with every SM busy for
+// milliseconds; the attention sweeps' GEMMs are no larger.
+constexpr int kGemmSize = 8192;
+// Far beyond any L2 cache, so that the copy streams through device memory.
+constexpr size_t kCopyBytes = size_t(1) << 30;
+// Each ceiling is timed for about this long after warm-up, within these repeat bounds.
+constexpr double kTargetSeconds = 0.5;
+constexpr int kWarmupCalls = 3;
+constexpr int kMinRepeats = 10;
+constexpr int kMaxRepeats = 100;
+
+__device__ uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Standard normal values from a counter-based hash: random enough that the GEMMs draw the power
+// real data draws (zeros would let the tensor cores run cooler and faster than they ever do on
+// attention), and generated on the device so that a gigabyte costs milliseconds.
+template <class T>
+__global__ void fill_normal_kernel(T* data, size_t count, uint64_t seed) {
+    const size_t stride = size_t(gridDim.x) * blockDim.x;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+        const uint64_t bits = splitmix64(seed ^ (i * 0xD6E8FEB86659FD93ull));
+        // Box-Muller on the two 32-bit halves; the +1 keeps the logarithm's argument above zero.
+        const float u1 = (float(uint32_t(bits)) + 1.0f) * 0x1p-32f;
+        const float u2 = float(uint32_t(bits >> 32)) * 0x1p-32f;
+        const float normal = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+        data[i] = T(normal);
+    }
+}
+
+template <class T>
+void fill_normal(T* data, size_t count, uint64_t seed) {
+    const int threads = 256;
+    const int blocks = int(std::min<size_t>((count + threads - 1) / threads, 65536));
+    fill_normal_kernel<<<blocks, threads>>>(data, count, seed);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <class T>
+struct DeviceArray {
+    T* data = nullptr;
+    explicit DeviceArray(size_t count) { CUDA_CHECK(cudaMalloc(&data, count * sizeof(T))); }
+    ~DeviceArray() { cudaFree(data); }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
+};
+
+struct EventPair {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    EventPair() {
+        CUDA_CHECK(cudaEventCreate(&start));
+        CUDA_CHECK(cudaEventCreate(&stop));
+    }
+    ~EventPair() {
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+    }
+    EventPair(const EventPair&) = delete;
+    EventPair& operator=(const EventPair&) = delete;
+};
+
+// Median milliseconds of `call` on the default stream, each call between its own pair of events.
+double median_ms(const std::function<void()>& call) {
+    EventPair probe;
+    for (int i = 0; i < kWarmupCalls; ++i) call();
+    CUDA_CHECK(cudaEventRecord(probe.start));
+    call();
+    CUDA_CHECK(cudaEventRecord(probe.stop));
+    CUDA_CHECK(cudaEventSynchronize(probe.stop));
+    float estimate_ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&estimate_ms, probe.start, probe.stop));
+
+    const int repeats = std::clamp(int(kTargetSeconds * 1e3 / std::max(estimate_ms, 1e-3f)),
+                                   kMinRepeats, kMaxRepeats);
+    std::vector<EventPair> events(repeats);
+    for (auto& pair : events) {
+        CUDA_CHECK(cudaEventRecord(pair.start));
+        call();
+        CUDA_CHECK(cudaEventRecord(pair.stop));
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<float> times;
+    for (auto& pair : events) {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, pair.start, pair.stop));
+        times.push_back(ms);
+    }
+    std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+    return times[times.size() / 2];
+}
+
+// C = A^T B with m = n = k = kGemmSize: the transposed-A layout is the one attention's S = QK^T
+// uses on row-major data, and one cuBLAS serves at full speed.
+template <class T>
+Ceiling measure_gemm(cublasHandle_t handle, cudaDataType_t type, const char* name,
+                     const char* type_name) {
+    const size_t elements = size_t(kGemmSize) * kGemmSize;
+    DeviceArray<T> a(elements), b(elements), c(elements);
+    fill_normal(a.data, elements, 1);
+    fill_normal(b.data, elements, 2);
+    const float alpha = 1.0f, beta = 0.0f;
+    // CUBLAS_COMPUTE_32F (not _FAST_TF32) under the default math mode: FP32 data stays on the
+    // FP32 units, and BF16 data accumulates in FP32 on the tensor cores.
+    const double ms = median_ms([&] {
+        CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, kGemmSize, kGemmSize,
+                                  kGemmSize, &alpha, a.data, type, kGemmSize, b.data, type,
+                                  kGemmSize, &beta, c.data, type, kGemmSize, CUBLAS_COMPUTE_32F,
+                                  CUBLAS_GEMM_DEFAULT));
+    });
+    const double flops = 2.0 * double(kGemmSize) * kGemmSize * kGemmSize;
+    std::ostringstream method;
+    method << "cublasGemmEx " << kGemmSize << "x" << kGemmSize << "x" << kGemmSize << " "
+           << type_name << " in and out with CUBLAS_COMPUTE_32F";
+    return {name, flops / (ms * 1e-3) / 1e12, "TFLOP/s", ms, method.str()};
+}
+
+Ceiling measure_copy() {
+    size_t free_bytes = 0, total_bytes = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    // Source and destination, leaving most of the device free (a small GPU still gets a number).
+    const size_t bytes = std::min(kCopyBytes, free_bytes / 4) / 256 * 256;
+    DeviceArray<float> source(bytes / sizeof(float)), destination(bytes / sizeof(float));
+    fill_normal(source.data, bytes / sizeof(float), 3);
+    const double ms = median_ms([&] {
+        CUDA_CHECK(cudaMemcpyAsync(destination.data, source.data, bytes,
+                                   cudaMemcpyDeviceToDevice));
+    });
+    std::ostringstream method;
+    method << "cudaMemcpyAsync device to device of " << bytes
+           << " bytes; counts bytes read plus bytes written";
+    return {"copy", 2.0 * double(bytes) / (ms * 1e-3) / 1e9, "GB/s", ms, method.str()};
+}
+
+}  // namespace
+
+const Ceiling* Ceilings::find(const std::string& name) const {
+    for (const Ceiling& entry : entries)
+        if (entry.name == name) return &entry;
+    return nullptr;
+}
+
+double Ceilings::gemm_tflops_for(const std::string& dtype) const {
+    const Ceiling* entry = find(dtype == "bf16" ? "bf16_gemm" : "fp32_gemm");
+    return entry ? entry->value : 0.0;
+}
+
+Ceilings measure_ceilings() {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    cudaDeviceProp properties{};
+    CUDA_CHECK(cudaGetDeviceProperties(&properties, device));
+
+    cublasHandle_t handle = nullptr;
+    CUBLAS_CHECK(cublasCreate(&handle));
+    Ceilings ceilings;
+    ceilings.gpu = properties.name;
+    try {
+        CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+        ceilings.entries.push_back(
+            measure_gemm<__nv_bfloat16>(handle, CUDA_R_16BF, "bf16_gemm", "bf16"));
+        ceilings.entries.push_back(measure_gemm<float>(handle, CUDA_R_32F, "fp32_gemm", "fp32"));
+        ceilings.entries.push_back(measure_copy());
+    } catch (...) {
+        cublasDestroy(handle);
+        throw;
+    }
+    cublasDestroy(handle);
+    return ceilings;
+}
+
+void write_ceilings_csv(std::ostream& out, const Ceilings& ceilings) {
+    out << "gpu,ceiling,value,unit,median_ms,method\n";
+    for (const Ceiling& entry : ceilings.entries) {
+        std::ostringstream row;
+        row << std::setprecision(6) << csv_field(ceilings.gpu) << "," << csv_field(entry.name)
+            << "," << entry.value << "," << csv_field(entry.unit) << "," << entry.median_ms
+            << "," << csv_field(entry.method) << "\n";
+        out << row.str();
+    }
+}
+
+Ceilings read_ceilings_csv(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot read the ceilings file " + path);
+    std::string line;
+    if (!std::getline(in, line) || csv_split(line) != csv_split("gpu,ceiling,value,unit,median_ms,method"))
+        throw std::runtime_error(path + ": expected the header gpu,ceiling,value,unit,median_ms,method");
+    Ceilings ceilings;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        const std::vector<std::string> fields = csv_split(line);
+        if (fields.size() != 6) throw std::runtime_error(path + ": malformed row: " + line);
+        if (ceilings.gpu.empty()) ceilings.gpu = fields[0];
+        ceilings.entries.push_back(
+            {fields[1], std::stod(fields[2]), fields[3], std::stod(fields[4]), fields[5]});
+    }
+    return ceilings;
+}
+
+std::string csv_field(const std::string& text) {
+    if (text.find_first_of(",\"\r\n") == std::string::npos) return text;
+    std::string quoted = "\"";
+    for (char c : text) {
+        if (c == '"') quoted += '"';
+        quoted += c;
+    }
+    return quoted + "\"";
+}
+
+std::vector<std::string> csv_split(const std::string& line) {
+    std::vector<std::string> fields(1);
+    bool quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+        const char c = line[i];
+        if (quoted) {
+            if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+                fields.back() += '"';
+                ++i;
+            } else if (c == '"') {
+                quoted = false;
+            } else {
+                fields.back() += c;
+            }
+        } else if (c == '"') {
+            quoted = true;
+        } else if (c == ',') {
+            fields.emplace_back();
+        } else if (c != '\r') {
+            fields.back() += c;
+        }
+    }
+    return fields;
+}

@@ -1,0 +1,49 @@
+// Measured ceilings of the GPU the benchmark runs on: what cuBLAS reaches on a large BF16 and a
+// large FP32 GEMM, and what a device-to-device copy reaches through device memory. "% of SOL"
+// in the benchmark is taken against these, measured in the same run on the same GPU, rather than
+// against a datasheet figure that clocks, power limits and board variants make unreachable.
+//
+// The ceilings CSV (bench/results/<gpu>/ceilings.csv) has one row per ceiling:
+//     gpu,ceiling,value,unit,median_ms,method
+// with `ceiling` one of the names below:
+//     bf16_gemm   TFLOP/s   cublasGemmEx, BF16 in and out, FP32 accumulation (tensor cores)
+//     fp32_gemm   TFLOP/s   cublasGemmEx, FP32 in and out, FP32 compute without TF32 (CUDA cores)
+//     copy        GB/s      cudaMemcpyAsync device to device, bytes read plus bytes written
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+struct Ceiling {
+    std::string name;    // bf16_gemm | fp32_gemm | copy
+    double value = 0;    // in `unit`
+    std::string unit;    // TFLOP/s or GB/s
+    double median_ms = 0;
+    std::string method;  // what was timed, for the reader of the CSV
+};
+
+struct Ceilings {
+    std::string gpu;     // cudaDeviceProp::name of the GPU they were measured on
+    std::vector<Ceiling> entries;
+
+    // The entry called `name`, or null when it was not measured.
+    const Ceiling* find(const std::string& name) const;
+    // The GEMM ceiling a stage of element type `dtype` ("bf16" or "fp32") is held against,
+    // in TFLOP/s; 0 when unknown.
+    double gemm_tflops_for(const std::string& dtype) const;
+};
+
+// Times the three ceilings on the current device (random data, warm-up, median of repeats).
+// Throws std::runtime_error on a CUDA or cuBLAS failure.
+Ceilings measure_ceilings();
+
+// The CSV described above, header included.
+void write_ceilings_csv(std::ostream& out, const Ceilings& ceilings);
+// Throws std::runtime_error when the file cannot be read or is not in that format.
+Ceilings read_ceilings_csv(const std::string& path);
+
+// Minimal RFC 4180 CSV, shared with the benchmark driver: a field is quoted only when it holds a
+// comma, a quote or a line break (skip reasons do).
+std::string csv_field(const std::string& text);
+std::vector<std::string> csv_split(const std::string& line);

@@ -1,0 +1,333 @@
+// Host cases of the shared suite: they run everywhere, CI included.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "online_softmax.h"
+#include "reference.h"
+#include "test_support.h"
+#include "validate.h"
+
+// ---- the FP64 reference against closed forms ---------------------------------------------
+
+TEST_CASE("reference: equal scores give the mean of V, and lse = log(len_kv)") {
+    const AttentionShape shape = make_shape(1, 2, 5, 7, 4);
+    const std::vector<float> q(size_t(shape.q_elements()), 0.0f);  // every score is 0
+    const std::vector<float> k = random_inputs(size_t(shape.kv_elements()), 1);
+    const std::vector<float> v = random_inputs(size_t(shape.kv_elements()), 2);
+    std::vector<double> o(q.size()), lse(size_t(shape.lse_elements()));
+    reference_forward(shape, q.data(), k.data(), v.data(), o.data(), lse.data());
+    for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 5; ++i) {
+            CHECK(lse[size_t(h * 5 + i)] == doctest::Approx(std::log(7.0)).epsilon(1e-12));
+            for (int d = 0; d < 4; ++d) {
+                double mean = 0;
+                for (int j = 0; j < 7; ++j) mean += double(v[size_t((h * 7 + j) * 4 + d)]) / 7.0;
+                CHECK(o[size_t((h * 5 + i) * 4 + d)] == doctest::Approx(mean).epsilon(1e-12));
+            }
+        }
+}
+
+TEST_CASE("reference: causal is top-left aligned, also when len_q != len_kv") {
+    for (auto [len_q, len_kv] : {std::pair{6, 4}, std::pair{3, 8}}) {
+        const AttentionShape shape = make_shape(1, 1, len_q, len_kv, 2, /*causal=*/true);
+        const std::vector<float> q(size_t(shape.q_elements()), 0.0f);
+        const std::vector<float> k = random_inputs(size_t(shape.kv_elements()), 3);
+        const std::vector<float> v = random_inputs(size_t(shape.kv_elements()), 4);
+        std::vector<double> o(q.size()), lse(size_t(shape.lse_elements()));
+        reference_forward(shape, q.data(), k.data(), v.data(), o.data(), lse.data());
+        for (int i = 0; i < len_q; ++i) {
+            const int visible = std::min(i + 1, len_kv);  // query i sees keys 0..i
+            CHECK(lse[size_t(i)] == doctest::Approx(std::log(double(visible))).epsilon(1e-12));
+            double mean = 0;
+            for (int j = 0; j < visible; ++j) mean += double(v[size_t(j * 2)]) / visible;
+            CHECK(o[size_t(i * 2)] == doctest::Approx(mean).epsilon(1e-9));
+        }
+    }
+}
+
+TEST_CASE("reference: one dominant key gives its value row") {
+    const int D = 8, len_kv = 9, dominant = 6;
+    const AttentionShape shape = make_shape(1, 1, 1, len_kv, D, false, 1.0f);
+    std::vector<float> q(D, 0.0f), k(size_t(len_kv * D), 0.0f);
+    q[0] = 1.0f;
+    k[size_t(dominant * D)] = 200.0f;  // score 200 against 0 for every other key
+    const std::vector<float> v = random_inputs(size_t(len_kv * D), 5);
+    std::vector<double> o(D), lse(1);
+    reference_forward(shape, q.data(), k.data(), v.data(), o.data(), lse.data());
+    for (int d = 0; d < D; ++d)
+        CHECK(o[size_t(d)] == doctest::Approx(v[size_t(dominant * D + d)]).epsilon(1e-12));
+    CHECK(lse[0] == doctest::Approx(200.0).epsilon(1e-12));
+}
+
+TEST_CASE("reference: plain bf16 emulation lands near the FP64 reference") {
+    const AttentionShape shape = make_shape(1, 2, 50, 70, 64, true);
+    const auto q = rounded_to_bf16(random_inputs(size_t(shape.q_elements()), 6));
+    const auto k = rounded_to_bf16(random_inputs(size_t(shape.kv_elements()), 7));
+    const auto v = rounded_to_bf16(random_inputs(size_t(shape.kv_elements()), 8));
+    std::vector<double> o(q.size()), lse(size_t(shape.lse_elements()));
+    std::vector<float> plain(q.size());
+    reference_forward(shape, q.data(), k.data(), v.data(), o.data(), lse.data());
+    emulated_bf16_forward(shape, q.data(), k.data(), v.data(), plain.data());
+    const ErrorStats error = compare(plain, o);
+    INFO(error.to_string());
+    CHECK(error.non_finite == 0);
+    CHECK(error.relative_l2 > 0);      // bf16 rounding must show
+    CHECK(error.relative_l2 < 1e-2);
+}
+
+// ---- the online softmax -------------------------------------------------------------------
+
+TEST_CASE("online softmax: merging partial states equals the two-pass softmax") {
+    std::mt19937_64 generator(fresh_seed());
+    std::normal_distribution<double> normal(0.0, 4.0);
+    for (int trial = 0; trial < 20; ++trial) {
+        std::vector<double> scores(1 + generator() % 300);
+        for (double& s : scores) s = normal(generator);
+        // Two passes: the max, then the sum of exponentials.
+        double max = -INFINITY, sum = 0;
+        for (double s : scores) max = std::max(max, s);
+        for (double s : scores) sum += std::exp(s - max);
+        // One pass over chunks of random size, merging as the chunks arrive.
+        SoftmaxState running{-INFINITY, 0.0};
+        for (size_t begin = 0; begin < scores.size();) {
+            const size_t end = std::min(scores.size(), begin + 1 + generator() % 40);
+            SoftmaxState chunk{-INFINITY, 0.0};
+            for (size_t j = begin; j < end; ++j) chunk.max = std::max(chunk.max, scores[j]);
+            for (size_t j = begin; j < end; ++j) chunk.sum += std::exp(scores[j] - chunk.max);
+            running = online_softmax_merge(running, chunk);
+            begin = end;
+        }
+        CHECK(running.max == max);
+        CHECK(running.sum == doctest::Approx(sum).epsilon(1e-12));
+    }
+    // The empty state is the identity of the merge.
+    const SoftmaxState empty{-INFINITY, 0.0}, some{1.5, 2.0};
+    CHECK(online_softmax_merge(empty, some).sum == doctest::Approx(2.0));
+    CHECK(online_softmax_merge(empty, empty).sum == 0.0);
+}
+
+// ---- FLOP and byte counts -----------------------------------------------------------------
+
+TEST_CASE("FLOP and byte counts follow the FlashAttention convention") {
+    const AttentionShape shape = make_shape(8, 12, 4096, 4096, 64);
+    CHECK(forward_flops(shape) == 4.0 * 8 * 12 * 4096.0 * 4096 * 64);
+    AttentionShape causal = shape;
+    causal.causal = true;
+    CHECK(forward_flops(causal) == forward_flops(shape) / 2);
+    CHECK(backward_flops(shape) == 2.5 * forward_flops(shape));
+    const AttentionShape bf16 = make_shape(1, 8, 4096, 8192, 128);
+    CHECK(forward_min_bytes(bf16, 2) ==
+          2.0 * (2 * 4096.0 * 8 * 128 + 2 * 8192.0 * 8 * 128) + 4.0 * 8 * 4096);
+}
+
+TEST_CASE("attended pairs count the causal mask exactly") {
+    for (auto [len_q, len_kv] : {std::pair{5, 5}, std::pair{7, 3}, std::pair{3, 7}}) {
+        AttentionShape shape = make_shape(2, 3, len_q, len_kv, 64, true);
+        int64_t brute = 0;
+        for (int i = 0; i < len_q; ++i)
+            for (int j = 0; j < len_kv; ++j) brute += (j <= i);
+        CHECK(shape.attended_pairs() == 6 * brute);
+        shape.causal = false;
+        CHECK(shape.attended_pairs() == 6 * len_q * len_kv);
+    }
+}
+
+// ---- bf16 rounding and the error metrics --------------------------------------------------
+
+TEST_CASE("bf16 rounding is round-to-nearest-even, as the device converts") {
+    CHECK(round_to_bf16(1.0f) == 1.0f);
+    // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties go to the even mantissa, 1.
+    CHECK(round_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 1.0f);
+    // 1 + 3 * 2^-8 is halfway between 1 + 2^-7 and 1 + 2^-6: ties to even, 1 + 2^-6.
+    CHECK(round_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 1.0f + std::ldexp(1.0f, -6));
+    CHECK(std::isnan(round_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+    CHECK(std::isinf(round_to_bf16(std::numeric_limits<float>::infinity())));
+    const std::vector<float> values = random_inputs(10000, fresh_seed());
+    for (float x : values) {
+        const float r = round_to_bf16(x);
+        CHECK(round_to_bf16(r) == r);                              // idempotent
+        CHECK(std::fabs(r - x) <= std::ldexp(std::fabs(x), -8));  // half an ulp of 8 bits
+        const float device_rule = __bfloat162float(__float2bfloat16_rn(x));
+        CHECK(r == device_rule);
+    }
+}
+
+TEST_CASE("error metrics: relative L2, max abs and the non-finite count") {
+    const std::vector<double> ref{3.0, 4.0};
+    CHECK(compare(std::vector<float>{3.0f, 4.0f}, ref).relative_l2 == 0.0);
+    const ErrorStats off = compare(std::vector<float>{3.0f, 4.5f}, ref);
+    CHECK(off.relative_l2 == doctest::Approx(0.1));
+    CHECK(off.max_abs == doctest::Approx(0.5));
+    const ErrorStats nan = compare(std::vector<float>{NAN, 4.0f}, ref);
+    CHECK(nan.non_finite == 1);
+    CHECK(compare(std::vector<float>{INFINITY, 4.0f}, ref).non_finite == 1);
+}
+
+// ---- the stage's published capabilities and its validation --------------------------------
+
+TEST_CASE("capabilities: the stage publishes a consistent record") {
+    const StageCapabilities& caps = stage_capabilities();
+    CHECK(caps.name == ATTENTION_STAGE_NAME);
+    CHECK(caps.dtype == kElementName);
+    CHECK(caps.max_len_q >= 1);
+    CHECK(caps.max_len_kv >= 1);
+    CHECK(caps.alignment_bytes >= int(sizeof(Element)));
+    for (int required : {64, 128})
+        CHECK(std::find(caps.head_dims.begin(), caps.head_dims.end(), required) !=
+              caps.head_dims.end());
+#ifdef ATTENTION_HAS_BACKWARD
+    CHECK(caps.backward);
+#else
+    CHECK_FALSE(caps.backward);
+#endif
+}
+
+namespace {
+
+// Host buffers with the stage's alignment, poisoned: the launcher must throw before it
+// reads or writes any of them.
+struct PoisonedHostBuffers {
+    explicit PoisonedHostBuffers(const AttentionShape& shape)
+        : q(size_t(shape.q_elements())), k(size_t(shape.kv_elements())),
+          v(size_t(shape.kv_elements())), o(size_t(shape.q_elements())),
+          lse(size_t(shape.lse_elements())) {
+        std::memset(o.data(), 0xFF, o.size() * sizeof(Element));
+        std::memset(lse.data(), 0xFF, lse.size() * sizeof(float));
+    }
+    bool untouched() const {
+        auto poisoned = [](const void* p, size_t bytes) {
+            const auto* c = static_cast<const unsigned char*>(p);
+            for (size_t i = 0; i < bytes; ++i)
+                if (c[i] != 0xFF) return false;
+            return true;
+        };
+        return poisoned(o.data(), o.size() * sizeof(Element)) &&
+               poisoned(lse.data(), lse.size() * sizeof(float));
+    }
+    std::vector<Element> q, k, v, o;
+    std::vector<float> lse;
+};
+
+template <class T>
+T* misaligned(T* pointer) {
+    return reinterpret_cast<T*>(reinterpret_cast<char*>(pointer) + 2);
+}
+
+// Calls the stage's launcher and checks the exception names `field` and `value`.
+void expect_rejected(const AttentionShape& shape, const std::string& field,
+                     const std::string& value, const Element* q, const Element* k,
+                     const Element* v, Element* o, float* lse) {
+    INFO("field ", field, " value ", value, " shape ", shape.to_string());
+    try {
+        attention_forward(q, k, v, o, lse, shape);
+        FAIL("no exception for ", field, " = ", value);
+    } catch (const std::invalid_argument& error) {
+        const std::string message = error.what();
+        INFO("message: ", message);
+        CHECK(message.find(field + " = " + value) != std::string::npos);
+        CHECK(message.find("allowed") != std::string::npos);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("validation: bad shapes are refused with the field, its value and what is allowed") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape good = make_shape(1, 2, 3, 5, caps.head_dims.front());
+    PoisonedHostBuffers buffers(good);
+    auto rejected = [&](AttentionShape shape, const std::string& field, const std::string& value) {
+        expect_rejected(shape, field, value, buffers.q.data(), buffers.k.data(), buffers.v.data(),
+                        buffers.o.data(), buffers.lse.data());
+        CHECK(buffers.untouched());
+    };
+    for (int bad : {0, -1}) {
+        AttentionShape s = good;
+        s.batch = bad;
+        rejected(s, "batch", std::to_string(bad));
+        s = good, s.heads = bad;
+        rejected(s, "heads", std::to_string(bad));
+        s = good, s.len_q = bad;
+        rejected(s, "len_q", std::to_string(bad));
+        s = good, s.len_kv = bad;
+        rejected(s, "len_kv", std::to_string(bad));
+        s = good, s.head_dim = bad;
+        rejected(s, "head_dim", std::to_string(bad));
+    }
+    AttentionShape s = good;
+    s.head_dim = 72;  // not a head dim any stage supports
+    rejected(s, "head_dim", "72");
+    if (caps.max_len_q < std::numeric_limits<int>::max()) {
+        s = good, s.len_q = caps.max_len_q + 1;
+        rejected(s, "len_q", std::to_string(caps.max_len_q + 1));
+    }
+    if (caps.max_len_kv < std::numeric_limits<int>::max()) {
+        s = good, s.len_kv = caps.max_len_kv + 1;
+        rejected(s, "len_kv", std::to_string(caps.max_len_kv + 1));
+    }
+    s = good, s.scale = -1.0f;
+    rejected(s, "scale", "-1");
+}
+
+TEST_CASE("validation: null and misaligned pointers are refused by name") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape shape = make_shape(1, 1, 4, 4, caps.head_dims.front());
+    PoisonedHostBuffers b(shape);
+    auto check_null = [&](const std::string& field, const Element* q, const Element* k,
+                          const Element* v, Element* o) {
+        expect_rejected(shape, field, "null", q, k, v, o, b.lse.data());
+        CHECK(b.untouched());
+    };
+    check_null("q", nullptr, b.k.data(), b.v.data(), b.o.data());
+    check_null("k", b.q.data(), nullptr, b.v.data(), b.o.data());
+    check_null("v", b.q.data(), b.k.data(), nullptr, b.o.data());
+    check_null("o", b.q.data(), b.k.data(), b.v.data(), nullptr);
+
+    // Two bytes off is misaligned for every stage's vector width (at least 4 bytes).
+    auto check_misaligned = [&](const std::string& field, const Element* q, const Element* k,
+                                const Element* v, Element* o) {
+        try {
+            attention_forward(q, k, v, o, b.lse.data(), shape);
+            FAIL("no exception for a misaligned ", field);
+        } catch (const std::invalid_argument& error) {
+            const std::string message = error.what();
+            INFO(message);
+            CHECK(message.find(field + " = ") != std::string::npos);
+            CHECK(message.find("aligned to " + std::to_string(caps.alignment_bytes)) !=
+                  std::string::npos);
+        }
+        CHECK(b.untouched());
+    };
+    check_misaligned("q", misaligned(b.q.data()), b.k.data(), b.v.data(), b.o.data());
+    check_misaligned("k", b.q.data(), misaligned(b.k.data()), b.v.data(), b.o.data());
+    check_misaligned("v", b.q.data(), b.k.data(), misaligned(b.v.data()), b.o.data());
+    check_misaligned("o", b.q.data(), b.k.data(), b.v.data(), misaligned(b.o.data()));
+    float* lse_misaligned = reinterpret_cast<float*>(reinterpret_cast<char*>(b.lse.data()) + 2);
+    expect_rejected(shape, "lse", "", b.q.data(), b.k.data(), b.v.data(), b.o.data(),
+                    lse_misaligned);
+    CHECK(b.untouched());
+}
+
+TEST_CASE("validation: a workspace larger than the free memory is refused") {
+    try {
+        validate_workspace(size_t(1) << 40, size_t(80) << 30);
+        FAIL("not refused");
+    } catch (const std::invalid_argument& error) {
+        const std::string message = error.what();
+        CHECK(message.find("workspace = 1099511627776 bytes") != std::string::npos);
+        CHECK(message.find("85899345920 bytes free") != std::string::npos);
+    }
+    CHECK_NOTHROW(validate_workspace(100, 100));
+}
+
+TEST_CASE("workspace: the stage reports what it allocates") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape small = make_shape(1, 1, 64, 64, caps.head_dims.front());
+    const AttentionShape large = make_shape(2, 4, 512, 1024, caps.head_dims.front());
+    // Workspace never shrinks as the problem grows.
+    CHECK(attention_workspace_bytes(large) >= attention_workspace_bytes(small));
+}

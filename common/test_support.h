@@ -1,0 +1,29 @@
+// Shared pieces of the test suites.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "attention.h"
+#include "element.h"
+#include "harness.h"
+
+// A case that needs a GPU: reported as skipped, by name, where none is visible.
+#define GPU_TEST_CASE(name) TEST_CASE(name * doctest::skip(!gpu_available()))
+
+// FP32 stages within 1e-5 of the FP64 reference, BF16 stages within 1e-2 (relative L2).
+inline double tolerance() { return sizeof(Element) == 4 ? 1e-5 : 1e-2; }
+
+// The lengths every stage must get right: tile edges on both sides, primes, and one.
+inline const std::vector<int>& edge_lengths() {
+    static const std::vector<int> lengths{1, 2, 17, 63, 64, 65, 127, 1000};
+    return lengths;
+}
+
+// Host inputs of a stage's element type, rounded the same way the device sees them.
+inline std::vector<float> stage_inputs(size_t count, uint64_t seed) {
+    std::vector<float> values = random_inputs(count, seed);
+    return sizeof(Element) == 4 ? values : rounded_to_bf16(values);
+}
