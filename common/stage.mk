@@ -116,9 +116,10 @@ bench: $(BENCH_BIN)
 SANITIZE_TOOLS ?= memcheck racecheck synccheck initcheck
 sanitize: $(TEST_BIN)
 	@for tool in $(SANITIZE_TOOLS); do \
-	  echo "== compute-sanitizer --tool $$tool $(STAGE)"; \
-	  compute-sanitizer --tool $$tool --error-exitcode 1 $(if $(filter memcheck,$$tool),--leak-check full) \
-	    $(TEST_BIN) --test-case='sanitize*' --no-skip=false || exit 1; \
+	  extra=""; [ $$tool = memcheck ] && extra="--leak-check full"; \
+	  echo "== compute-sanitizer --tool $$tool $$extra: $(STAGE)"; \
+	  compute-sanitizer --tool $$tool $$extra --error-exitcode 1 \
+	    $(TEST_BIN) --test-case='sanitize*' || exit 1; \
 	done
 
 # Nsight Compute on the headline shape; the report lands in build/<STAGE>/profile.ncu-rep.
