@@ -122,10 +122,13 @@ sanitize: $(TEST_BIN)
 	    $(TEST_BIN) --test-case='sanitize*' || exit 1; \
 	done
 
-# Nsight Compute on the headline shape; the report lands in build/<STAGE>/profile.ncu-rep.
-NCU_ARGS ?= --set full --clock-control none --import-source yes
+# Nsight Compute over the first NCU_COUNT kernels of the headline shape (or BENCH_ARGS);
+# KERNEL=regex narrows it to one kernel. The report lands in build/<STAGE>/profile.ncu-rep.
+NCU_ARGS  ?= --set full --clock-control none --import-source yes
+NCU_COUNT ?= 4
 profile: $(BENCH_BIN)
-	ncu $(NCU_ARGS) -k regex:attention -c 4 -f -o $(BUILD)/profile $(BENCH_BIN) --sweep $(SWEEP) --profile
+	ncu $(NCU_ARGS) $(if $(KERNEL),-k regex:$(KERNEL)) -c $(NCU_COUNT) -f -o $(BUILD)/profile \
+	  $(BENCH_BIN) $(if $(BENCH_ARGS),$(BENCH_ARGS),--sweep $(SWEEP)) --profile
 
 clean:
 	rm -rf $(BUILD)
