@@ -130,9 +130,9 @@ Ceiling measure_gemm(cublasHandle_t handle, cudaDataType_t type, const char* nam
     // CUBLAS_COMPUTE_32F (not _FAST_TF32) under the default math mode: FP32 data stays on the
     // FP32 units, and BF16 data accumulates in FP32 on the tensor cores.
     const double ms = median_ms([&] {
-        CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, kGemmSize, kGemmSize,
-                                  kGemmSize, &alpha, a.data, type, kGemmSize, b.data, type,
-                                  kGemmSize, &beta, c.data, type, kGemmSize, CUBLAS_COMPUTE_32F,
+        CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, kGemmSize, kGemmSize, kGemmSize,
+                                  &alpha, a.data, type, kGemmSize, b.data, type, kGemmSize, &beta,
+                                  c.data, type, kGemmSize, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
     });
     const double flops = 2.0 * double(kGemmSize) * kGemmSize * kGemmSize;
@@ -150,8 +150,7 @@ Ceiling measure_copy() {
     DeviceArray<float> source(bytes / sizeof(float)), destination(bytes / sizeof(float));
     fill_normal(source.data, bytes / sizeof(float), 3);
     const double ms = median_ms([&] {
-        CUDA_CHECK(cudaMemcpyAsync(destination.data, source.data, bytes,
-                                   cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpyAsync(destination.data, source.data, bytes, cudaMemcpyDeviceToDevice));
     });
     std::ostringstream method;
     method << "cudaMemcpyAsync device to device of " << bytes
@@ -201,8 +200,8 @@ void write_ceilings_csv(std::ostream& out, const Ceilings& ceilings) {
     for (const Ceiling& entry : ceilings.entries) {
         std::ostringstream row;
         row << std::setprecision(6) << csv_field(ceilings.gpu) << "," << csv_field(entry.name)
-            << "," << entry.value << "," << csv_field(entry.unit) << "," << entry.median_ms
-            << "," << csv_field(entry.method) << "\n";
+            << "," << entry.value << "," << csv_field(entry.unit) << "," << entry.median_ms << ","
+            << csv_field(entry.method) << "\n";
         out << row.str();
     }
 }
@@ -211,8 +210,10 @@ Ceilings read_ceilings_csv(const std::string& path) {
     std::ifstream in(path);
     if (!in) throw std::runtime_error("cannot read the ceilings file " + path);
     std::string line;
-    if (!std::getline(in, line) || csv_split(line) != csv_split("gpu,ceiling,value,unit,median_ms,method"))
-        throw std::runtime_error(path + ": expected the header gpu,ceiling,value,unit,median_ms,method");
+    if (!std::getline(in, line) ||
+        csv_split(line) != csv_split("gpu,ceiling,value,unit,median_ms,method"))
+        throw std::runtime_error(path +
+                                 ": expected the header gpu,ceiling,value,unit,median_ms,method");
     Ceilings ceilings;
     while (std::getline(in, line)) {
         if (line.empty()) continue;

@@ -16,15 +16,15 @@
 #include <vector>
 
 struct Ceiling {
-    std::string name;    // bf16_gemm | fp32_gemm | copy
-    double value = 0;    // in `unit`
-    std::string unit;    // TFLOP/s or GB/s
+    std::string name;  // bf16_gemm | fp32_gemm | copy
+    double value = 0;  // in `unit`
+    std::string unit;  // TFLOP/s or GB/s
     double median_ms = 0;
     std::string method;  // what was timed, for the reader of the CSV
 };
 
 struct Ceilings {
-    std::string gpu;     // cudaDeviceProp::name of the GPU they were measured on
+    std::string gpu;  // cudaDeviceProp::name of the GPU they were measured on
     std::vector<Ceiling> entries;
 
     // The entry called `name`, or null when it was not measured.

@@ -7,12 +7,11 @@
 
 #include <cublas_v2.h>
 
-#define CUBLAS_CHECK(expression)                                                              \
-    do {                                                                                      \
-        cublasStatus_t cublas_check_status_ = (expression);                                   \
-        if (cublas_check_status_ != CUBLAS_STATUS_SUCCESS)                                    \
-            throw std::runtime_error(std::string("cuBLAS error ") +                           \
-                                     cublasGetStatusString(cublas_check_status_) + " in " +   \
-                                     #expression + " at " + __FILE__ + ":" +                  \
-                                     std::to_string(__LINE__));                               \
+#define CUBLAS_CHECK(expression)                                                             \
+    do {                                                                                     \
+        cublasStatus_t cublas_check_status_ = (expression);                                  \
+        if (cublas_check_status_ != CUBLAS_STATUS_SUCCESS)                                   \
+            throw std::runtime_error(                                                        \
+                std::string("cuBLAS error ") + cublasGetStatusString(cublas_check_status_) + \
+                " in " + #expression + " at " + __FILE__ + ":" + std::to_string(__LINE__));  \
     } while (0)

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The whole benchmark, as `make bench` runs it:
+#   1. builds the benchmark binary of every stage (arguments, or STAGES of the top-level Makefile)
+#      and of the two cuBLAS eager baselines;
+#   2. measures the ceilings once (cuBLAS BF16 and FP32 GEMM, device-to-device copy);
+#   3. runs every stage and baseline over the sweeps, then the PyTorch baselines;
+#   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log}, replacing
+#      the previous run's files only once everything succeeded;
+#   5. draws the plots when bench/plots.py exists.
+#
+# usage: bench/run_bench.sh [STAGE_DIR ...]
+# Environment (defaults in brackets): BENCH_SWEEPS [fp32-headline,bf16-headline,seqlen,extra],
+#   BENCH_TARGET_SECONDS [0.05] timed work per shape, BENCH_MAX_SECONDS_PER_SHAPE [1.5] cap on it,
+#   JOBS [nproc] build parallelism, PYTHON [python3].
+# The defaults keep the whole run within 8 minutes on an H100 with about ten implementations and
+# the PyTorch baselines (some 30 shapes each): calls under a millisecond still get 50 timed
+# repeats; only calls slower than half a second get fewer than 3 (at least 1, after warm-up).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+SWEEPS=${BENCH_SWEEPS:-fp32-headline,bf16-headline,seqlen,extra}
+TARGET_SECONDS=${BENCH_TARGET_SECONDS:-0.05}
+MAX_SECONDS_PER_SHAPE=${BENCH_MAX_SECONDS_PER_SHAPE:-1.5}
+JOBS=${JOBS:-$(nproc)}
+PYTHON=${PYTHON:-python3}
+START=$SECONDS
+
+elapsed() { printf '%dm%02ds' $(((SECONDS - START) / 60)) $(((SECONDS - START) % 60)); }
+
+mkdir -p bench/results
+WORK=$(mktemp -d "$ROOT/bench/results/.run-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+LOG=$WORK/bench.log
+say() { echo "$*" | tee -a "$LOG"; }
+
+# A makefile fragment that prints a variable of the makefile it is read after.
+PRINTER=$WORK/print.mk
+# shellcheck disable=SC2016  # $($*) is for make, not the shell
+printf 'print-%%:\n\t@echo $($*)\n' >"$PRINTER"
+make_variable() {  # make_variable DIR NAME
+    make -s --no-print-directory -C "$1" -f Makefile -f "$PRINTER" "print-$2"
+}
+
+# ---- what to run --------------------------------------------------------------------------
+stages=("$@")
+if [ ${#stages[@]} -eq 0 ]; then
+    read -r -a stages <<<"$(make_variable "$ROOT" STAGES 2>/dev/null || true)"
+fi
+if [ ${#stages[@]} -eq 0 ]; then
+    for dir in [0-9][0-9]_*/; do [ -f "$dir/Makefile" ] && stages+=("${dir%/}"); done
+fi
+suites=()
+for suite in "${stages[@]}" bench/cublas_fp32 bench/cublas_bf16; do
+    suite=${suite%/}
+    [[ " ${suites[*]-} " == *" $suite "* ]] || suites+=("$suite")
+done
+
+# ---- build --------------------------------------------------------------------------------
+say "== building ${#suites[@]} benchmark binaries: ${suites[*]}"
+declare -A binary
+pids=()
+# All suites build at once; together they use about JOBS compiler processes.
+jobs_each=$(((JOBS + ${#suites[@]} - 1) / ${#suites[@]}))
+for suite in "${suites[@]}"; do
+    binary[$suite]=$(make_variable "$suite" BENCH_BIN)
+    log="$WORK/build-$(basename "$suite").log"
+    make --no-print-directory -C "$suite" -j"$jobs_each" "${binary[$suite]}" >"$log" 2>&1 &
+    pids+=($!)
+done
+failed=0
+for index in "${!suites[@]}"; do
+    if ! wait "${pids[$index]}"; then
+        say "error: building ${suites[$index]} failed:"
+        tail -n 40 "$WORK/build-$(basename "${suites[$index]}").log" | tee -a "$LOG" >&2
+        failed=1
+    fi
+done
+[ $failed -eq 0 ] || { say "no results written"; exit 1; }
+say "== built in $(elapsed)"
+
+# ---- ceilings -----------------------------------------------------------------------------
+COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+git diff-index --quiet HEAD -- 2>/dev/null || COMMIT="$COMMIT+uncommitted"
+say "== measuring the ceilings"
+"${binary[${suites[-1]}]}" --ceilings --ceilings-file "$WORK/ceilings.csv" | tee -a "$LOG"
+GPU=$(awk -F, 'NR == 2 { print $1 }' "$WORK/ceilings.csv" | tr -d '"')
+SLUG=$(echo "$GPU" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
+[ -n "$SLUG" ] || { say "error: no GPU name in the ceilings"; exit 1; }
+
+# ---- every stage and baseline -------------------------------------------------------------
+common_args=(--sweep "$SWEEPS" --csv "$WORK/results.csv" --ceilings-file "$WORK/ceilings.csv"
+             --commit "$COMMIT" --target-seconds "$TARGET_SECONDS"
+             --max-seconds-per-shape "$MAX_SECONDS_PER_SHAPE")
+count=${#suites[@]}
+for index in "${!suites[@]}"; do
+    suite=${suites[$index]}
+    say "== [$((index + 1))/$((count + 1))] $suite ($((count - index)) left after it, $(elapsed) so far)"
+    "${binary[$suite]}" "${common_args[@]}" 2>&1 | tee -a "$LOG"
+done
+
+say "== [$((count + 1))/$((count + 1))] PyTorch baselines ($(elapsed) so far)"
+if command -v "$PYTHON" >/dev/null; then
+    "$PYTHON" bench/baselines.py "${common_args[@]}" 2>&1 | tee -a "$LOG"
+else
+    say "$PYTHON not found: no PyTorch baseline rows"
+fi
+
+# ---- the system the numbers belong to -----------------------------------------------------
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "commit: $COMMIT"
+    echo "gpu (the CUDA device benchmarked): $GPU"
+    echo "nvidia-smi:"
+    nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,persistence_mode \
+        --format=csv 2>/dev/null | sed 's/^/  /' || echo "  (nvidia-smi not available)"
+    echo "cuda driver: $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' || echo unknown)"
+    echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' || echo unknown)"
+    echo "torch: $("$PYTHON" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo 'not importable')"
+    echo "host: $(uname -srm), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //')"
+    echo "implementations: ${suites[*]} + PyTorch baselines"
+    echo "sweeps: $SWEEPS; target seconds per shape: $TARGET_SECONDS; max seconds per shape: $MAX_SECONDS_PER_SHAPE"
+    echo "duration: $(elapsed)"
+} >"$WORK/system.txt"
+
+# ---- into place ---------------------------------------------------------------------------
+DEST=bench/results/$SLUG
+mkdir -p "$DEST"
+say "== done in $(elapsed): $(($(wc -l <"$WORK/results.csv") - 1)) rows, results in $DEST/"
+[ $((SECONDS - START)) -le 480 ] || say "note: over the 8-minute budget; see BENCH_TARGET_SECONDS"
+for file in results.csv ceilings.csv system.txt bench.log; do mv -f "$WORK/$file" "$DEST/$file"; done
+
+if [ -f bench/plots.py ]; then
+    echo "== plots"
+    "$PYTHON" bench/plots.py "$DEST" || echo "warning: bench/plots.py failed; the results are in place" >&2
+fi
