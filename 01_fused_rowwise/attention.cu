@@ -2,6 +2,8 @@
 // The row of scores lives in shared memory instead of device memory: the block computes it,
 // reduces its max and its sum with shared-memory trees, and multiplies it by V, all without
 // an N x N matrix anywhere. The price: the longest key sequence is what fits in shared memory.
+// K is read through a small shared-memory slice so that a warp's loads are coalesced: a
+// thread per key walking its own K row would touch 32 rows (32 sectors) per load instruction.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -15,6 +17,8 @@ namespace {
 constexpr int THREADS = 128;
 constexpr int MAX_HEAD_DIM = 256;
 constexpr int COLUMNS = MAX_HEAD_DIM / THREADS;  // output columns per thread at most
+constexpr int SLICE = 32;  // head-dim columns of THREADS keys staged at a time (one warp row)
+constexpr int SLICE_STRIDE = SLICE + 1;  // padding: thread t reads bank (t + c) % 32
 
 __device__ __forceinline__ int visible_keys(int row, int len_kv, bool causal) {
     return causal ? min(row + 1, len_kv) : len_kv;
@@ -35,7 +39,7 @@ __device__ float block_reduce(float value, float* scratch, Op op) {
     return result;
 }
 
-// Dynamic shared memory: the query row, the reduction scratch, then the score row.
+// Dynamic shared memory: the query row, the reduction scratch, the K slice, the score row.
 __global__ void __launch_bounds__(THREADS)
 fused_rowwise_kernel(const float* __restrict__ Q, const float* __restrict__ K,
                      const float* __restrict__ V, float* __restrict__ O, float* __restrict__ lse,
@@ -44,7 +48,8 @@ fused_rowwise_kernel(const float* __restrict__ Q, const float* __restrict__ K,
     extern __shared__ float shared[];
     float* q_row = shared;                  // head_dim
     float* scratch = q_row + head_dim;      // THREADS
-    float* scores = scratch + THREADS;      // len_kv
+    float* k_slice = scratch + THREADS;     // THREADS x SLICE_STRIDE
+    float* scores = k_slice + THREADS * SLICE_STRIDE;  // len_kv
 
     const int64_t rows = int64_t(batch_heads) * len_q;
     for (int64_t row_index = blockIdx.x; row_index < rows; row_index += gridDim.x) {
@@ -57,14 +62,30 @@ fused_rowwise_kernel(const float* __restrict__ Q, const float* __restrict__ K,
         for (int d = threadIdx.x; d < head_dim; d += THREADS) q_row[d] = Q[row_index * head_dim + d];
         __syncthreads();
 
-        // Scores: each thread owns keys j = tid, tid + THREADS, ...
+        // Scores: thread t owns key j = chunk + t of each chunk of THREADS keys. The chunk's K
+        // rows come through shared memory SLICE columns at a time; each warp copies whole
+        // 128-byte row segments, so the loads are coalesced.
         float local_max = -INFINITY;
-        for (int j = threadIdx.x; j < keys; j += THREADS) {
-            const float* k_row = k_head + int64_t(j) * head_dim;
+        for (int chunk = 0; chunk < keys; chunk += THREADS) {
+            const int j = chunk + threadIdx.x;
             float dot = 0.0f;
-            for (int d = 0; d < head_dim; ++d) dot += q_row[d] * k_row[d];
-            scores[j] = dot * scale;
-            local_max = fmaxf(local_max, scores[j]);
+            for (int d0 = 0; d0 < head_dim; d0 += SLICE) {
+                for (int e = threadIdx.x; e < THREADS * SLICE; e += THREADS) {
+                    const int r = e / SLICE, c = e % SLICE;
+                    if (chunk + r < keys)
+                        k_slice[r * SLICE_STRIDE + c] =
+                            k_head[int64_t(chunk + r) * head_dim + d0 + c];
+                }
+                __syncthreads();
+                if (j < keys)
+                    for (int c = 0; c < SLICE; ++c)
+                        dot += q_row[d0 + c] * k_slice[threadIdx.x * SLICE_STRIDE + c];
+                __syncthreads();  // the next slice overwrites k_slice
+            }
+            if (j < keys) {
+                scores[j] = dot * scale;
+                local_max = fmaxf(local_max, scores[j]);
+            }
         }
         const float m = block_reduce(local_max, scratch, [](float a, float b) { return fmaxf(a, b); });
 
@@ -111,7 +132,8 @@ fused_rowwise_kernel(const float* __restrict__ Q, const float* __restrict__ K,
 
 size_t shared_bytes(int len_kv, int head_dim) {
     // The score row doubles as the space for the groups' partial output rows.
-    return sizeof(float) * (size_t(head_dim) + THREADS + std::max({len_kv, THREADS, head_dim}));
+    return sizeof(float) * (size_t(head_dim) + THREADS + THREADS * SLICE_STRIDE +
+                            std::max({len_kv, THREADS, head_dim}));
 }
 
 int opt_in_shared_bytes() {
@@ -129,10 +151,11 @@ int opt_in_shared_bytes() {
 
 const StageCapabilities& stage_capabilities() {
     // The longest key row is what the device lets one block hold in shared memory, next to
-    // the query row and the scratch of the largest head dim.
+    // the query row of the largest head dim, the reduction scratch and the K slice.
     static const StageCapabilities caps = [] {
         const int bytes = opt_in_shared_bytes();
-        const int max_len_kv = bytes / int(sizeof(float)) - MAX_HEAD_DIM - THREADS;
+        const int max_len_kv =
+            bytes / int(sizeof(float)) - MAX_HEAD_DIM - THREADS - THREADS * SLICE_STRIDE;
         return StageCapabilities{"01_fused_rowwise", "fp32", {32, 64, 128, 256}, INT_MAX,
                                  max_len_kv, true, false, 4};
     }();
