@@ -1,0 +1,277 @@
+// The shared backward suite, compiled only into stages that define attention_backward
+// (BACKWARD := 1 in their Makefile). Host cases check the FP64 reference backward itself;
+// GPU cases compare the stage's dQ, dK, dV with it over the shape matrix of DESIGN.md.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "reference.h"
+#include "test_support.h"
+
+namespace {
+
+// ---- host: the reference backward is the gradient of the reference forward --------------
+
+// loss = sum(dout * O) in FP64, O from the reference forward.
+double reference_loss(const AttentionShape& shape, const std::vector<float>& q,
+                      const std::vector<float>& k, const std::vector<float>& v,
+                      const std::vector<float>& dout) {
+    std::vector<double> o(q.size());
+    reference_forward(shape, q.data(), k.data(), v.data(), o.data(), nullptr);
+    double loss = 0;
+    for (size_t i = 0; i < o.size(); ++i) loss += double(dout[i]) * o[i];
+    return loss;
+}
+
+// Central differences of the loss with respect to every element of one input. The step is a
+// power of two, so input +- step is exact in float and the only error is the O(step^2) term.
+std::vector<double> finite_difference(const AttentionShape& shape, std::vector<float>& q,
+                                      std::vector<float>& k, std::vector<float>& v,
+                                      const std::vector<float>& dout, std::vector<float>& input) {
+    const float step = std::ldexp(1.0f, -12);
+    std::vector<double> gradient(input.size());
+    for (size_t i = 0; i < input.size(); ++i) {
+        const float saved = input[i];
+        input[i] = saved + step;
+        const double up = reference_loss(shape, q, k, v, dout);
+        input[i] = saved - step;
+        const double down = reference_loss(shape, q, k, v, dout);
+        input[i] = saved;
+        gradient[i] = (up - down) / (2.0 * double(step));
+    }
+    return gradient;
+}
+
+double relative_l2(const std::vector<double>& out, const std::vector<double>& ref) {
+    double error = 0, norm = 0;
+    for (size_t i = 0; i < ref.size(); ++i) {
+        error += (out[i] - ref[i]) * (out[i] - ref[i]);
+        norm += ref[i] * ref[i];
+    }
+    return std::sqrt(error / norm);
+}
+
+}  // namespace
+
+TEST_CASE("reference backward: dQ, dK, dV match finite differences of the reference forward") {
+    for (bool causal : {false, true})
+        for (auto [len_q, len_kv] : {std::pair{3, 4}, std::pair{4, 3}}) {
+            const AttentionShape shape = make_shape(1, 1, len_q, len_kv, 4, causal);
+            const uint64_t seed = fresh_seed();
+            INFO(shape.to_string(), " seed=", seed);
+            std::vector<float> q = random_inputs(size_t(shape.q_elements()), seed);
+            std::vector<float> k = random_inputs(size_t(shape.kv_elements()), seed + 1);
+            std::vector<float> v = random_inputs(size_t(shape.kv_elements()), seed + 2);
+            const std::vector<float> dout = random_inputs(q.size(), seed + 3);
+
+            std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+            reference_backward(shape, q.data(), k.data(), v.data(), dout.data(), dq.data(),
+                               dk.data(), dv.data());
+            const double dq_error = relative_l2(dq, finite_difference(shape, q, k, v, dout, q));
+            const double dk_error = relative_l2(dk, finite_difference(shape, q, k, v, dout, k));
+            const double dv_error = relative_l2(dv, finite_difference(shape, q, k, v, dout, v));
+            INFO("relative L2 against finite differences: dq ", dq_error, " dk ", dk_error,
+                 " dv ", dv_error);
+            CHECK(dq_error < 1e-6);
+            CHECK(dk_error < 1e-6);
+            CHECK(dv_error < 1e-6);
+        }
+}
+
+TEST_CASE("reference backward: rowsum(P * dP) equals rowsum(dO * O)") {
+    // The identity that lets the GPU compute D from O and dO alone, before any P exists.
+    for (bool causal : {false, true}) {
+        const AttentionShape shape = make_shape(2, 2, 9, 13, 8, causal);
+        const uint64_t seed = fresh_seed();
+        INFO(shape.to_string(), " seed=", seed);
+        const std::vector<float> q = random_inputs(size_t(shape.q_elements()), seed);
+        const std::vector<float> k = random_inputs(size_t(shape.kv_elements()), seed + 1);
+        const std::vector<float> v = random_inputs(size_t(shape.kv_elements()), seed + 2);
+        const std::vector<float> dout = random_inputs(q.size(), seed + 3);
+        std::vector<double> o(q.size()), lse(size_t(shape.lse_elements()));
+        reference_forward(shape, q.data(), k.data(), v.data(), o.data(), lse.data());
+
+        const int64_t D = shape.head_dim, Lq = shape.len_q, Lk = shape.len_kv;
+        const double scale = shape.softmax_scale();
+        for (int64_t row = 0; row < shape.lse_elements(); ++row) {
+            const int64_t head = row / Lq, i = row % Lq;
+            double do_dot_o = 0;
+            for (int64_t d = 0; d < D; ++d) do_dot_o += double(dout[size_t(row * D + d)]) * o[size_t(row * D + d)];
+            double p_dot_dp = 0, p_sum = 0;
+            for (int64_t j = 0; j < Lk; ++j) {
+                if (causal && j > i) continue;
+                double s = 0, dp = 0;
+                for (int64_t d = 0; d < D; ++d) {
+                    const size_t key = size_t((head * Lk + j) * D + d);
+                    s += double(q[size_t(row * D + d)]) * k[key];
+                    dp += double(dout[size_t(row * D + d)]) * v[key];
+                }
+                const double p = std::exp(s * scale - lse[size_t(row)]);
+                p_sum += p;
+                p_dot_dp += p * dp;
+            }
+            CHECK(p_sum == doctest::Approx(1.0).epsilon(1e-12));
+            CHECK(p_dot_dp == doctest::Approx(do_dot_o).epsilon(1e-10));
+        }
+    }
+}
+
+#if defined(ATTENTION_HAS_BACKWARD)
+
+namespace {
+
+// Elements past the end of each gradient that must stay poisoned.
+constexpr size_t kBackwardGuard = 256;
+
+bool all_poisoned(const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    return std::all_of(p, p + bytes, [](unsigned char b) { return b == 0xFF; });
+}
+
+void check_gradient(const char* name, std::vector<Element> raw, size_t count,
+                    const std::vector<double>& ref) {
+    INFO(std::string(name));
+    CHECK_MESSAGE(all_poisoned(raw.data() + count, kBackwardGuard * sizeof(Element)),
+                  name, " was written past its end");
+    raw.resize(count);
+    const ErrorStats error = compare(to_float(raw), ref);
+    INFO(std::string(name), ": ", error.to_string());
+    CHECK(error.non_finite == 0);
+    CHECK(error.relative_l2 <= tolerance());
+}
+
+void check_backward(const AttentionShape& shape) {
+    const uint64_t seed = fresh_seed();
+    INFO(ATTENTION_STAGE_NAME, " backward ", shape.to_string(), " seed=", seed);
+    const std::vector<float> q = stage_inputs(size_t(shape.q_elements()), seed);
+    const std::vector<float> k = stage_inputs(size_t(shape.kv_elements()), seed + 1);
+    const std::vector<float> v = stage_inputs(size_t(shape.kv_elements()), seed + 2);
+    const std::vector<float> dout = stage_inputs(q.size(), seed + 3);
+
+    DeviceBuffer<Element> q_dev(q.size()), k_dev(k.size()), v_dev(v.size()), do_dev(q.size());
+    q_dev.upload(from_float<Element>(q));
+    k_dev.upload(from_float<Element>(k));
+    v_dev.upload(from_float<Element>(v));
+    do_dev.upload(from_float<Element>(dout));
+    DeviceBuffer<Element> o_dev(q.size());
+    DeviceBuffer<float> lse_dev(size_t(shape.lse_elements()));
+    // The stage's own forward produces the O and LSE its backward consumes.
+    attention_forward(q_dev.data(), k_dev.data(), v_dev.data(), o_dev.data(), lse_dev.data(),
+                      shape);
+
+    DeviceBuffer<Element> dq_dev(q.size() + kBackwardGuard), dk_dev(k.size() + kBackwardGuard),
+        dv_dev(v.size() + kBackwardGuard);
+    dq_dev.poison();
+    dk_dev.poison();
+    dv_dev.poison();
+    attention_backward(q_dev.data(), k_dev.data(), v_dev.data(), o_dev.data(), lse_dev.data(),
+                       do_dev.data(), dq_dev.data(), dk_dev.data(), dv_dev.data(), shape);
+    CUDA_CHECK(cudaDeviceSynchronize());
+
+    std::vector<double> dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size());
+    reference_backward(shape, q.data(), k.data(), v.data(), dout.data(), dq_ref.data(),
+                       dk_ref.data(), dv_ref.data());
+    check_gradient("dq", dq_dev.download(), q.size(), dq_ref);
+    check_gradient("dk", dk_dev.download(), k.size(), dk_ref);
+    check_gradient("dv", dv_dev.download(), v.size(), dv_ref);
+}
+
+template <class Body>
+void for_each_backward_variant(Body body) {
+    const StageCapabilities& caps = stage_capabilities();
+    for (int head_dim : caps.head_dims)
+        for (bool causal : {false, true})
+            if (causal ? caps.causal : true) body(head_dim, causal);
+}
+
+bool fits(int len_q, int len_kv) {
+    const StageCapabilities& caps = stage_capabilities();
+    return len_q <= caps.max_len_q && len_kv <= caps.max_len_kv;
+}
+
+}  // namespace
+
+GPU_TEST_CASE("backward: square lengths 1 to 1000, every head dim, causal and not") {
+    for_each_backward_variant([&](int head_dim, bool causal) {
+        for (int length : edge_lengths())
+            if (fits(length, length)) check_backward(make_shape(1, 1, length, length, head_dim, causal));
+    });
+}
+
+GPU_TEST_CASE("backward: several batch x heads") {
+    for_each_backward_variant([&](int head_dim, bool causal) {
+        check_backward(make_shape(2, 3, 65, 65, head_dim, causal));
+        check_backward(make_shape(3, 5, 127, 127, head_dim, causal));
+        check_backward(make_shape(4, 1, 17, 17, head_dim, causal));
+    });
+}
+
+GPU_TEST_CASE("backward: len_q != len_kv, both ways") {
+    const std::vector<std::pair<int, int>> lengths{{1, 65},  {65, 1},   {17, 1000},
+                                                   {1000, 17}, {64, 127}, {127, 63},
+                                                   {200, 333}, {333, 200}};
+    for_each_backward_variant([&](int head_dim, bool causal) {
+        for (auto [len_q, len_kv] : lengths)
+            if (fits(len_q, len_kv)) check_backward(make_shape(2, 2, len_q, len_kv, head_dim, causal));
+    });
+}
+
+GPU_TEST_CASE("backward: a long sequence, and a custom scale") {
+    const StageCapabilities& caps = stage_capabilities();
+    for_each_backward_variant([&](int head_dim, bool causal) {
+        const int length = std::min({2051, caps.max_len_q, caps.max_len_kv});
+        check_backward(make_shape(1, 2, length, length, head_dim, causal));
+        check_backward(make_shape(1, 2, 77, 100, head_dim, causal, 0.3f));
+    });
+}
+
+// The small edge shapes that `make sanitize` runs under compute-sanitizer.
+GPU_TEST_CASE("sanitize: backward edge shapes") {
+    for_each_backward_variant([&](int head_dim, bool causal) {
+        check_backward(make_shape(1, 1, 1, 1, head_dim, causal));
+        check_backward(make_shape(1, 2, 65, 17, head_dim, causal));
+        check_backward(make_shape(2, 1, 17, 130, head_dim, causal));
+    });
+}
+
+GPU_TEST_CASE("backward: invalid input throws and leaves dq, dk, dv untouched") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape good = make_shape(1, 2, 33, 40, caps.head_dims.front());
+    DeviceBuffer<Element> q(size_t(good.q_elements())), k(size_t(good.kv_elements())),
+        v(size_t(good.kv_elements())), o(size_t(good.q_elements())),
+        dout(size_t(good.q_elements()));
+    DeviceBuffer<float> lse(size_t(good.lse_elements()));
+    DeviceBuffer<Element> dq(size_t(good.q_elements())), dk(size_t(good.kv_elements())),
+        dv(size_t(good.kv_elements()));
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    AttentionShape bad = good;
+    bad.len_q = 0;
+    CHECK_THROWS_AS(attention_backward(q.data(), k.data(), v.data(), o.data(), lse.data(),
+                                       dout.data(), dq.data(), dk.data(), dv.data(), bad),
+                    std::invalid_argument);
+    bad = good;
+    bad.head_dim = 80;
+    CHECK_THROWS_AS(attention_backward(q.data(), k.data(), v.data(), o.data(), lse.data(),
+                                       dout.data(), dq.data(), dk.data(), dv.data(), bad),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(attention_backward(q.data(), k.data(), v.data(), o.data(), lse.data(),
+                                       nullptr, dq.data(), dk.data(), dv.data(), good),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(attention_backward(q.data(), k.data(), v.data(), o.data(), nullptr,
+                                       dout.data(), dq.data(), dk.data(), dv.data(), good),
+                    std::invalid_argument);
+    // Misaligned by one element: below the stage's vector width.
+    CHECK_THROWS_AS(attention_backward(q.data(), k.data(), v.data(), o.data(), lse.data(),
+                                       dout.data(), dq.data() + 1, dk.data(), dv.data(), good),
+                    std::invalid_argument);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(all_poisoned(dq.download().data(), dq.bytes()));
+    CHECK(all_poisoned(dk.download().data(), dk.bytes()));
+    CHECK(all_poisoned(dv.download().data(), dv.bytes()));
+}
+
+#endif  // ATTENTION_HAS_BACKWARD
