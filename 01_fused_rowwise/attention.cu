@@ -14,11 +14,11 @@
 
 namespace {
 
-constexpr int THREADS = 128;
+constexpr int THREADS = 256;  // 8 warps: enough loads in flight to stream K and V from L2
 constexpr int MAX_HEAD_DIM = 256;
 constexpr int COLUMNS = MAX_HEAD_DIM / THREADS;  // output columns per thread at most
-constexpr int SLICE = 32;  // head-dim columns of THREADS keys staged at a time (one warp row)
-constexpr int SLICE_STRIDE = SLICE + 1;  // padding: thread t reads bank (t + c) % 32
+constexpr int SLICE = 16;  // head-dim columns of THREADS keys staged at a time
+constexpr int SLICE_STRIDE = SLICE + 1;  // odd padding: thread t reads bank (17 t + c) % 32
 
 __device__ __forceinline__ int visible_keys(int row, int len_kv, bool causal) {
     return causal ? min(row + 1, len_kv) : len_kv;
@@ -63,8 +63,8 @@ fused_rowwise_kernel(const float* __restrict__ Q, const float* __restrict__ K,
         __syncthreads();
 
         // Scores: thread t owns key j = chunk + t of each chunk of THREADS keys. The chunk's K
-        // rows come through shared memory SLICE columns at a time; each warp copies whole
-        // 128-byte row segments, so the loads are coalesced.
+        // rows come through shared memory SLICE columns at a time; each warp copies 64-byte
+        // segments of two K rows, so the loads are coalesced.
         float local_max = -INFINITY;
         for (int chunk = 0; chunk < keys; chunk += THREADS) {
             const int j = chunk + threadIdx.x;
@@ -105,6 +105,7 @@ fused_rowwise_kernel(const float* __restrict__ Q, const float* __restrict__ K,
         const int group = threadIdx.x / head_dim;
         const int column = head_dim >= THREADS ? threadIdx.x : threadIdx.x % head_dim;
         float partial[COLUMNS] = {};
+#pragma unroll 8
         for (int j = group; j < keys; j += groups) {
             const float p = scores[j];
             const float* v_row = v_head + int64_t(j) * head_dim;

@@ -163,9 +163,9 @@ const StageCapabilities& stage_capabilities() {
 }
 
 size_t attention_workspace_bytes(const AttentionShape& shape) {
-    // S, overwritten in place by P.
+    // S in FP32, overwritten in place by P.
     return size_t(shape.batch) * size_t(shape.heads) * size_t(shape.len_q) * size_t(shape.len_kv) *
-           sizeof(Element);
+           sizeof(float);
 }
 
 void attention_forward(const Element* q, const Element* k, const Element* v, Element* o, float* lse,

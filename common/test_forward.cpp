@@ -66,8 +66,9 @@ void check_forward(const AttentionShape& shape, bool with_lse = true) {
         const ErrorStats lse_error = compare(lse_raw, lse_ref);
         INFO("lse: ", lse_error.to_string());
         CHECK(lse_error.non_finite == 0);
-        // LSE is computed in FP32 by every stage.
-        CHECK(lse_error.relative_l2 <= 1e-5);
+        // LSE is computed in FP32 by every stage. With a single visible key the LSE is that
+        // one score, which can sit near zero: there an absolute 1e-5 is the meaningful bound.
+        CHECK((lse_error.relative_l2 <= 1e-5 || lse_error.max_abs <= 1e-5));
     } else {
         CHECK_MESSAGE(still_poisoned(lse_raw.data(), lse_raw.size() * sizeof(float)),
                       "lse was written although it was null");
