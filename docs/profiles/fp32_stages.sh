@@ -27,11 +27,15 @@ METRICS+=",smsp__inst_executed.sum"
 METRICS+=",l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
 METRICS+=",l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"
 METRICS+=",sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
-METRICS+=",lts__t_bytes.sum,dram__bytes_read.sum"
+METRICS+=",lts__t_bytes.sum,dram__bytes_read.sum,dram__bytes_write.sum"
 METRICS+=",sm__warps_active.avg.pct_of_peak_sustained_active"
+
+# Kernels per forward call: the naive stage launches three.
+launches_of() { [ "$1" = 00_naive ] && echo 3 || echo 1; }
 
 kernel_of() {
     case $1 in
+        00_naive) echo "(scores|softmax|pv)_kernel" ;;
         01_fused_rowwise) echo fused_rowwise_kernel ;;
         02_tiled) echo tiled_attention_kernel ;;
         03_online_softmax) echo online_softmax_attention_kernel ;;
@@ -94,7 +98,8 @@ for step in $STEPS; do
             # --profile runs the shape twice, untimed; -s 1 skips the first (cold) call.
             # shellcheck disable=SC2086
             ncu --clock-control none $sections --metrics "$METRICS" \
-                -k "regex:$(kernel_of "$stage")" -s 1 -c 1 -f -o "$OUT/$stage" \
+                -k "regex:$(kernel_of "$stage")" -s "$(launches_of "$stage")" -c "$(launches_of "$stage")" \
+                -f -o "$OUT/$stage" \
                 "build/$stage/bench_$stage" --shape "$HEADLINE" --profile > "$OUT/ncu-run-$stage.log" 2>&1
             ncu -i "$OUT/$stage.ncu-rep" --page details > "$OUT/$stage-ncu.txt" 2>&1
             ncu -i "$OUT/$stage.ncu-rep" --page raw --csv > "$OUT/$stage-ncu-raw.csv" 2>&1

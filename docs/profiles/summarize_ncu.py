@@ -39,6 +39,7 @@ ROWS = [
     ("global load sectors", "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum", 1),
     ("L2 traffic (bytes)", "lts__t_bytes.sum", None),
     ("DRAM read (bytes)", "dram__bytes_read.sum", None),
+    ("DRAM write (bytes)", "dram__bytes_write.sum", None),
 ]
 
 STALL_PREFIX = "smsp__average_warps_issue_stalled_"
