@@ -16,6 +16,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -122,19 +123,32 @@ __global__ void masked_softmax_kernel(float* scores, float* lse, int64_t rows, i
 }
 
 // One handle per device, created on first use and kept for the process: creating one costs
-// milliseconds, and destroying it from a static destructor could run after the CUDA runtime
-// has shut down. Calls from several host threads at once on one device are not supported.
+// milliseconds. The handles are destroyed by an atexit hook registered after the first one is
+// made, so it runs before the CUDA runtime's own teardown (atexit hooks run in reverse order)
+// and a leak checker sees cuBLAS's memory returned. Calls from several host threads at once on
+// one device are not supported.
+std::mutex handle_mutex;
+std::map<int, cublasHandle_t> handles;
+
+void destroy_cublas_handles() {
+    std::lock_guard<std::mutex> lock(handle_mutex);
+    for (auto& [device, handle] : handles) {
+        cudaSetDevice(device);
+        cublasDestroy(handle);  // at exit there is no one left to report a failure to
+    }
+    handles.clear();
+}
+
 cublasHandle_t cublas_handle_for_current_device() {
-    static std::mutex mutex;
-    static std::map<int, cublasHandle_t> handles;
     int device = 0;
     CUDA_CHECK(cudaGetDevice(&device));
-    std::lock_guard<std::mutex> lock(mutex);
+    std::lock_guard<std::mutex> lock(handle_mutex);
     auto found = handles.find(device);
     if (found != handles.end()) return found->second;
     cublasHandle_t handle = nullptr;
     CUBLAS_CHECK(cublasCreate(&handle));
     CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    if (handles.empty()) std::atexit(destroy_cublas_handles);
     handles[device] = handle;
     return handle;
 }
