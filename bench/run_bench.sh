@@ -10,6 +10,7 @@
 #
 # usage: bench/run_bench.sh [STAGE_DIR ...]
 # Environment (defaults in brackets): BENCH_SWEEPS [fp32-headline,bf16-headline,seqlen,extra],
+#   BENCH_COMMIT [git HEAD] the commit to record (where the tree has no .git),
 #   BENCH_TARGET_SECONDS [0.05] timed work per shape, BENCH_MAX_SECONDS_PER_SHAPE [1.5] cap on it,
 #   JOBS [nproc] build parallelism, PYTHON [python3].
 # The defaults keep the whole run within 8 minutes on an H100 with about ten implementations and
@@ -80,8 +81,8 @@ done
 say "== built in $(elapsed)"
 
 # ---- ceilings -----------------------------------------------------------------------------
-COMMIT=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-git diff-index --quiet HEAD -- 2>/dev/null || COMMIT="$COMMIT+uncommitted"
+COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+[ -n "${BENCH_COMMIT:-}" ] || git diff-index --quiet HEAD -- 2>/dev/null || COMMIT="$COMMIT+uncommitted"
 say "== measuring the ceilings"
 "${binary[${suites[-1]}]}" --ceilings --ceilings-file "$WORK/ceilings.csv" | tee -a "$LOG"
 GPU=$(awk -F, 'NR == 2 { print $1 }' "$WORK/ceilings.csv" | tr -d '"')
