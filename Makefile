@@ -7,7 +7,7 @@ BASELINES := bench/cublas_fp32 bench/cublas_bf16
 SUITES    := $(STAGES) $(BASELINES)
 JOBS      ?= $(shell nproc)
 
-.PHONY: all test bench sanitize profile diff clean $(SUITES)
+.PHONY: all test bench plots notebook docs docs-check sanitize profile diff clean $(SUITES)
 
 all:
 	@$(MAKE) --no-print-directory -j$(JOBS) $(SUITES)
@@ -27,6 +27,30 @@ test:
 
 bench: all
 	@bash bench/run_bench.sh $(STAGES)
+
+PYTHON_PACKAGES = python3 -c "import matplotlib, numpy, nbformat, nbconvert, ipykernel" 2>/dev/null || \
+  { echo "error: missing Python packages. Install them with: pip install -r bench/requirements.txt" >&2; exit 1; }
+
+# Redraws docs/img/ from the newest bench/results/<gpu>/ (or RESULTS=bench/results/<gpu>); no GPU needed.
+plots:
+	@$(PYTHON_PACKAGES)
+	@python3 bench/plots.py $(RESULTS) --out docs/img
+
+# Runs the benchmark notebook top to bottom on the committed CSVs, into build/ (the committed
+# notebook stays without outputs).
+notebook:
+	@$(PYTHON_PACKAGES)
+	@mkdir -p build
+	@BENCH_REQUIRE_RESULTS=1 python3 -m jupyter nbconvert --to notebook --execute docs/benchmarks.ipynb \
+	  --output-dir build --output benchmarks.ipynb
+
+# Regenerates the results tables between <!-- results:... --> markers in the README and chapters;
+# docs-check fails when one is stale.
+docs:
+	@python3 bench/tables.py $(if $(RESULTS),--results $(RESULTS)/results.csv)
+
+docs-check:
+	@python3 bench/tables.py --check $(if $(RESULTS),--results $(RESULTS)/results.csv)
 
 sanitize: all
 	@for stage in $(STAGES); do $(MAKE) --no-print-directory -C $$stage sanitize || exit 1; done
