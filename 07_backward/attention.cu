@@ -39,7 +39,10 @@ using bf16 = __nv_bfloat16;
 
 // One kernel configuration. Each warp owns ROW_TILES mma tiles of 16 query rows: two tiles
 // reuse every K and V fragment it loads twice, halving shared-memory reads per mma.
-template <int HEAD_DIM_, int WARPS_, int ROW_TILES_, int BLOCK_KV_, int MIN_BLOCKS_>
+// V_BUFFERS = 1: K double-buffered, V_j fetched while S_j is computed; two barriers per tile.
+// V_BUFFERS = 2: K and V both double-buffered, K_{j+1} and V_{j+1} fetched during all of tile
+// j; one barrier per tile, for one more V tile of shared memory.
+template <int HEAD_DIM_, int WARPS_, int ROW_TILES_, int BLOCK_KV_, int MIN_BLOCKS_, int V_BUFFERS_ = 1>
 struct Tiling {
     static constexpr int HEAD_DIM = HEAD_DIM_;
     static constexpr int WARPS = WARPS_;
@@ -49,15 +52,20 @@ struct Tiling {
     static constexpr int BLOCK_Q = WARPS * ROWS_PER_WARP;  // Br
     static constexpr int BLOCK_KV = BLOCK_KV_;             // Bc
     static constexpr int MIN_BLOCKS = MIN_BLOCKS_;         // for __launch_bounds__
+    static constexpr int V_BUFFERS = V_BUFFERS_;
     // Q fragments stay in registers when they are few; else they are re-read with ldmatrix.
     static constexpr bool Q_IN_REGISTERS = ROW_TILES * HEAD_DIM <= 128;
     static constexpr size_t SHARED_BYTES =
-        size_t(BLOCK_Q + 3 * BLOCK_KV) * HEAD_DIM * sizeof(__nv_bfloat16);  // Q, 2 x K, V
+        size_t(BLOCK_Q + (2 + V_BUFFERS) * BLOCK_KV) * HEAD_DIM * sizeof(__nv_bfloat16);
 };
 
-// The tilings the launcher uses (tune.cu measures these and others).
-using Tiling64 = Tiling<64, 4, 2, 64, 2>;
-using Tiling128 = Tiling<128, 4, 2, 32, 1>;
+// The tilings the launcher uses (tune.cu measures these and others). Build with
+// NVCC_EXTRA=-DPIPELINE_V_BUFFERS=1 to run the whole stage with a single V buffer.
+#ifndef PIPELINE_V_BUFFERS
+#define PIPELINE_V_BUFFERS 2
+#endif
+using Tiling64 = Tiling<64, 4, 2, 64, 2, PIPELINE_V_BUFFERS>;
+using Tiling128 = Tiling<128, 4, 2, 64, 1, PIPELINE_V_BUFFERS>;
 
 // The backward grids put the tile index in gridDim.y (at most 65535): 2^20 keeps it there.
 constexpr int MAX_LENGTH = 1 << 20;
@@ -70,20 +78,31 @@ using Tile = TileLayout<HEAD_DIM, SWIZZLE != 0>;
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // Rows first_row .. first_row + ROWS - 1 of a [len, HEAD_DIM] matrix into a (swizzled) tile,
-// 16 bytes per cp.async. Rows at or past len are zero-filled and never read from memory.
+// 16 bytes per cp.async. Each thread copies one 16-byte column of rows row, row + PASS, ...;
+// PASS is a multiple of 8, so all its copies share one swizzle and differ by constants. Rows at
+// or past len (only in a last, partial tile) are zero-filled and never read from memory.
 template <int ROWS, int HEAD_DIM, int THREAD_COUNT>
 __device__ __forceinline__ void load_tile(bf16* tile, const bf16* matrix, int first_row, int len) {
     constexpr int CHUNKS_PER_ROW = HEAD_DIM / 8;
-    constexpr int CHUNKS = ROWS * CHUNKS_PER_ROW;
-    static_assert(CHUNKS % THREAD_COUNT == 0, "every thread copies the same number of chunks");
+    constexpr int PASS = THREAD_COUNT / CHUNKS_PER_ROW;  // rows copied by the block per pass
+    static_assert(THREAD_COUNT % CHUNKS_PER_ROW == 0 && PASS % 8 == 0 && ROWS % PASS == 0,
+                  "every thread copies the same column of whole 8-row groups");
+    const int row = int(threadIdx.x) / CHUNKS_PER_ROW;
+    const int column = int(threadIdx.x) % CHUNKS_PER_ROW * 8;
+    const bf16* source = matrix + int64_t(first_row + row) * HEAD_DIM + column;
+    const uint32_t target = smem_address(tile + Tile<HEAD_DIM>::offset(row, column));
+    constexpr uint32_t PASS_BYTES = PASS * HEAD_DIM * sizeof(bf16);
+    if (first_row + ROWS <= len) {
 #pragma unroll
-    for (int i = 0; i < CHUNKS / THREAD_COUNT; ++i) {
-        const int chunk_index = i * THREAD_COUNT + int(threadIdx.x);
-        const int row = chunk_index / CHUNKS_PER_ROW;
-        const int column = (chunk_index % CHUNKS_PER_ROW) * 8;
-        const bool valid = first_row + row < len;
-        const bf16* source = matrix + int64_t(valid ? first_row + row : 0) * HEAD_DIM + column;
-        cp_async_16_zfill(smem_address(tile + Tile<HEAD_DIM>::offset(row, column)), source, valid);
+        for (int i = 0; i < ROWS / PASS; ++i)
+            cp_async_16(target + i * PASS_BYTES, source + i * PASS * HEAD_DIM);
+    } else {
+#pragma unroll
+        for (int i = 0; i < ROWS / PASS; ++i) {
+            const bool valid = first_row + row + i * PASS < len;
+            cp_async_16_zfill(target + i * PASS_BYTES, valid ? source + i * PASS * HEAD_DIM : matrix,
+                              valid);
+        }
     }
 }
 
@@ -106,7 +125,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
     extern __shared__ __align__(128) unsigned char shared_memory[];
     bf16* q_tile = reinterpret_cast<bf16*>(shared_memory);  // [BLOCK_Q][HEAD_DIM]
     bf16* k_tiles = q_tile + BLOCK_Q * HEAD_DIM;              // [2][BLOCK_KV][HEAD_DIM]
-    bf16* v_tile = k_tiles + 2 * BLOCK_KV * HEAD_DIM;         // [BLOCK_KV][HEAD_DIM]
+    bf16* v_tiles = k_tiles + 2 * BLOCK_KV * HEAD_DIM;        // [V_BUFFERS][BLOCK_KV][HEAD_DIM]
     constexpr uint32_t K_TILE_BYTES = BLOCK_KV * HEAD_DIM * sizeof(bf16);
 
     const int q_block = q_tiles - 1 - int(blockIdx.x / unsigned(batch_heads));
@@ -127,9 +146,10 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
     int kv_tiles = ceil_div(len_kv, BLOCK_KV);
     if (causal) kv_tiles = min(kv_tiles, ceil_div(q0 + BLOCK_Q, BLOCK_KV));
 
-    // Prologue: Q and the first K tile, one group.
+    // Prologue: Q and the first K tile (and V tile, with two V buffers), one group.
     load_tile<BLOCK_Q, HEAD_DIM, THREADS>(q_tile, q_head, q0, len_q);
     load_tile<BLOCK_KV, HEAD_DIM, THREADS>(k_tiles, k_head, 0, len_kv);
+    if constexpr (Config::V_BUFFERS == 2) load_tile<BLOCK_KV, HEAD_DIM, THREADS>(v_tiles, v_head, 0, len_kv);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -160,12 +180,14 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
     // step, lanes 8-15 the same keys at dims 8-15, lanes 16-31 keys 8-15 likewise: the B
     // operands of two 8-key tiles. V, ldmatrix.x4.trans: lanes 0-15 give keys 0-15 at dims
     // 0-7 of a 16-dim pair, lanes 16-31 at dims 8-15: the B operands of two 8-dim tiles.
+    // k_base (and v_base, with two V buffers) addresses the buffer of the current tile and
+    // flips between the two each iteration.
     uint32_t k_base[4], v_base[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
         k_base[c] = smem_address(k_tiles + Tile<HEAD_DIM>::offset(lane % 8 + (lane / 16) * 8,
                                                                   c * 16 + (lane / 8) % 2 * 8));
-        v_base[c] = smem_address(v_tile + Tile<HEAD_DIM>::offset(lane % 16, c * 16 + (lane / 16) * 8));
+        v_base[c] = smem_address(v_tiles + Tile<HEAD_DIM>::offset(lane % 16, c * 16 + (lane / 16) * 8));
     }
 
     float o_accumulator[ROW_TILES][O_TILES][4] = {};
@@ -183,53 +205,56 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
 
     for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
         const int kv0 = kv_tile * BLOCK_KV;
-        // K_j has landed (the only group in flight). The barrier also tells that every warp
-        // is done with V_{j-1} and K_{j-1}, so their buffers may be refilled.
+        // K_j (and V_j, with two V buffers) has landed: it is the only group in flight. The
+        // barrier also tells that every warp is done with tile j-1, so its buffers may be
+        // refilled.
         cp_async_wait<0>();
         __syncthreads();
-        load_tile<BLOCK_KV, HEAD_DIM, THREADS>(v_tile, v_head, kv0, len_kv);
-        cp_async_commit();
-        if (kv_tile + 1 < kv_tiles)
-            load_tile<BLOCK_KV, HEAD_DIM, THREADS>(k_tiles + ((kv_tile + 1) % 2) * BLOCK_KV * HEAD_DIM,
-                                                   k_head, kv0 + BLOCK_KV, len_kv);
-        cp_async_commit();  // possibly empty: keeps "V_j is the older of two groups" true
+        bf16* next_k = k_tiles + ((kv_tile + 1) % 2) * BLOCK_KV * HEAD_DIM;
+        if constexpr (Config::V_BUFFERS == 1) {
+            load_tile<BLOCK_KV, HEAD_DIM, THREADS>(v_tiles, v_head, kv0, len_kv);
+            cp_async_commit();
+            if (kv_tile + 1 < kv_tiles)
+                load_tile<BLOCK_KV, HEAD_DIM, THREADS>(next_k, k_head, kv0 + BLOCK_KV, len_kv);
+            cp_async_commit();  // possibly empty: keeps "V_j is the older of two groups" true
+        } else {
+            if (kv_tile + 1 < kv_tiles) {
+                load_tile<BLOCK_KV, HEAD_DIM, THREADS>(next_k, k_head, kv0 + BLOCK_KV, len_kv);
+                load_tile<BLOCK_KV, HEAD_DIM, THREADS>(
+                    v_tiles + ((kv_tile + 1) % 2) * BLOCK_KV * HEAD_DIM, v_head, kv0 + BLOCK_KV, len_kv);
+            }
+            cp_async_commit();
+        }
 
-        uint32_t k_now[4], v_now[4];
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            k_now[c] = k_base[c] + (kv_tile % 2) * K_TILE_BYTES;
-            v_now[c] = v_base[c];
-            refresh_register(k_now[c]);
-            refresh_register(v_now[c]);
+            refresh_register(k_base[c]);
+            refresh_register(v_base[c]);
         }
-        // Causal: a warp whose rows all lie above this tile's keys has nothing to add.
-        const bool warp_active = !causal || kv0 <= q0 + warp_row + ROWS_PER_WARP - 1;
 
         // S = Q K^T. K is stored [key][dim]: read as rows it is the column-major B operand
         // (dim x key) that mma wants, so no transpose.
         float s[ROW_TILES][S_TILES][4] = {};
-        if (warp_active) {
 #pragma unroll
-            for (int step = 0; step < QK_STEPS; ++step) {
-                uint32_t a[ROW_TILES][4];
+        for (int step = 0; step < QK_STEPS; ++step) {
+            uint32_t a[ROW_TILES][4];
+#pragma unroll
+            for (int m = 0; m < ROW_TILES; ++m) {
+                if constexpr (Config::Q_IN_REGISTERS) {
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) a[m][i] = q_fragment[m][step][i];
+                } else {
+                    ldmatrix_x4(a[m], q_base[step % 4] + 2 * (m * 16 * HEAD_DIM + step / 4 * 64));
+                }
+            }
+#pragma unroll
+            for (int n = 0; n < S_TILES; n += 2) {
+                uint32_t b[4];
+                ldmatrix_x4(b, k_base[step % 4] + 2 * (n * 8 * HEAD_DIM + step / 4 * 64));
 #pragma unroll
                 for (int m = 0; m < ROW_TILES; ++m) {
-                    if constexpr (Config::Q_IN_REGISTERS) {
-#pragma unroll
-                        for (int i = 0; i < 4; ++i) a[m][i] = q_fragment[m][step][i];
-                    } else {
-                        ldmatrix_x4(a[m], q_base[step % 4] + 2 * (m * 16 * HEAD_DIM + step / 4 * 64));
-                    }
-                }
-#pragma unroll
-                for (int n = 0; n < S_TILES; n += 2) {
-                    uint32_t b[4];
-                    ldmatrix_x4(b, k_now[step % 4] + 2 * (n * 8 * HEAD_DIM + step / 4 * 64));
-#pragma unroll
-                    for (int m = 0; m < ROW_TILES; ++m) {
-                        mma_m16n8k16_bf16(s[m][n], a[m], b[0], b[1]);
-                        mma_m16n8k16_bf16(s[m][n + 1], a[m], b[2], b[3]);
-                    }
+                    mma_m16n8k16_bf16(s[m][n], a[m], b[0], b[1]);
+                    mma_m16n8k16_bf16(s[m][n + 1], a[m], b[2], b[3]);
                 }
             }
         }
@@ -237,58 +262,64 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
         // Mask only where a tile can hold a masked score: past len_kv, or above the diagonal.
         const bool needs_mask =
             kv0 + BLOCK_KV > len_kv || (causal && kv0 + BLOCK_KV - 1 > q0 + warp_row);
-        if (warp_active && needs_mask) {
+        if (needs_mask) {
 #pragma unroll
             for (int m = 0; m < ROW_TILES; ++m)
 #pragma unroll
-                for (int n = 0; n < S_TILES; ++n)
+                for (int r = 0; r < 2; ++r) {
+                    // Column c of this lane's scores (key kv0 + c + fragment_column) is
+                    // visible iff c < visible: one compare against a constant per score.
+                    const int row = q0 + warp_row + m * 16 + fragment_row + r * 8;
+                    const int visible = (causal ? min(len_kv, row + 1) : len_kv) - kv0 - fragment_column;
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int key = kv0 + n * 8 + fragment_column + (i & 1);
-                        const int row = q0 + warp_row + m * 16 + fragment_row + (i / 2) * 8;
-                        if (key >= len_kv || (causal && key > row)) s[m][n][i] = -INFINITY;
-                    }
+                    for (int n = 0; n < S_TILES; ++n)
+#pragma unroll
+                        for (int i = 0; i < 2; ++i)
+                            if (n * 8 + i >= visible) s[m][n][2 * r + i] = -INFINITY;
+                }
         }
 
         uint32_t p_fragment[ROW_TILES][PV_STEPS][4];
-        if (warp_active) {
 #pragma unroll
-            for (int m = 0; m < ROW_TILES; ++m) {
-                // Online softmax in FP32. A row is spread over the 4 lanes of a quad: reduce
-                // its max with two butterfly shuffles (lane ^ 1, lane ^ 2).
-                float new_max[2] = {row_max[m][0], row_max[m][1]};
+        for (int m = 0; m < ROW_TILES; ++m) {
+            // Online softmax in FP32. A row is spread over the 4 lanes of a quad: reduce
+            // its max with two butterfly shuffles (lane ^ 1, lane ^ 2).
+            float new_max[2] = {row_max[m][0], row_max[m][1]};
 #pragma unroll
-                for (int n = 0; n < S_TILES; ++n) {
-                    new_max[0] = fmaxf(new_max[0], fmaxf(s[m][n][0], s[m][n][1]));
-                    new_max[1] = fmaxf(new_max[1], fmaxf(s[m][n][2], s[m][n][3]));
-                }
-                float rescale[2], max_offset[2];
+            for (int n = 0; n < S_TILES; ++n) {
+                new_max[0] = fmaxf(new_max[0], fmaxf(s[m][n][0], s[m][n][1]));
+                new_max[1] = fmaxf(new_max[1], fmaxf(s[m][n][2], s[m][n][3]));
+            }
+            float rescale[2], max_offset[2];
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(FULL_MASK, new_max[r], 1));
-                    new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(FULL_MASK, new_max[r], 2));
-                    // A row with no visible key yet keeps max -inf: use 0, so no inf - inf.
-                    max_offset[r] = new_max[r] == -INFINITY ? 0.0f : new_max[r] * scale_log2;
-                    rescale[r] = fast_exp2(row_max[m][r] * scale_log2 - max_offset[r]);
-                    row_max[m][r] = new_max[r];
-                    row_sum[m][r] *= rescale[r];
-                }
+            for (int r = 0; r < 2; ++r) {
+                new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(FULL_MASK, new_max[r], 1));
+                new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(FULL_MASK, new_max[r], 2));
+                // A row with no visible key yet keeps max -inf: use 0, so no inf - inf.
+                max_offset[r] = new_max[r] == -INFINITY ? 0.0f : new_max[r] * scale_log2;
+                rescale[r] = fast_exp2(row_max[m][r] * scale_log2 - max_offset[r]);
+                row_max[m][r] = new_max[r];
+                row_sum[m][r] *= rescale[r];
+            }
 
-                // P = exp(scale * (S - m)), rounded to bf16 and packed as the A operand of
-                // O += P V: the accumulators of two neighbouring 8-key tiles are exactly the A
-                // fragment of one 16-key k-step (tile 2k: registers 0, 1; 2k+1: 2, 3).
+            // P = exp(scale * (S - m)), rounded to bf16 and packed as the A operand of
+            // O += P V: the accumulators of two neighbouring 8-key tiles are exactly the A
+            // fragment of one 16-key k-step (tile 2k: registers 0, 1; 2k+1: 2, 3).
 #pragma unroll
-                for (int n = 0; n < S_TILES; ++n) {
-                    const float p0 = fast_exp2(fmaf(s[m][n][0], scale_log2, -max_offset[0]));
-                    const float p1 = fast_exp2(fmaf(s[m][n][1], scale_log2, -max_offset[0]));
-                    const float p2 = fast_exp2(fmaf(s[m][n][2], scale_log2, -max_offset[1]));
-                    const float p3 = fast_exp2(fmaf(s[m][n][3], scale_log2, -max_offset[1]));
-                    row_sum[m][0] += p0 + p1;
-                    row_sum[m][1] += p2 + p3;
-                    p_fragment[m][n / 2][(n % 2) * 2 + 0] = pack_bf16x2(p0, p1);
-                    p_fragment[m][n / 2][(n % 2) * 2 + 1] = pack_bf16x2(p2, p3);
-                }
+            for (int n = 0; n < S_TILES; ++n) {
+                const float p0 = fast_exp2(fmaf(s[m][n][0], scale_log2, -max_offset[0]));
+                const float p1 = fast_exp2(fmaf(s[m][n][1], scale_log2, -max_offset[0]));
+                const float p2 = fast_exp2(fmaf(s[m][n][2], scale_log2, -max_offset[1]));
+                const float p3 = fast_exp2(fmaf(s[m][n][3], scale_log2, -max_offset[1]));
+                row_sum[m][0] += p0 + p1;
+                row_sum[m][1] += p2 + p3;
+                p_fragment[m][n / 2][(n % 2) * 2 + 0] = pack_bf16x2(p0, p1);
+                p_fragment[m][n / 2][(n % 2) * 2 + 1] = pack_bf16x2(p2, p3);
+            }
 
+            // Once the running max has settled most tiles leave it unchanged (rescale = 1
+            // exactly): skip the multiplies when that holds for every row of the warp.
+            if (__any_sync(FULL_MASK, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
 #pragma unroll
                 for (int d = 0; d < O_TILES; ++d) {
                     o_accumulator[m][d][0] *= rescale[0];
@@ -299,27 +330,33 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             }
         }
 
-        // V_j has landed (K_{j+1}, the newer group, may still be in flight); the barrier
-        // makes every thread's part of it visible.
-        cp_async_wait<1>();
-        __syncthreads();
+        if constexpr (Config::V_BUFFERS == 1) {
+            // V_j has landed (K_{j+1}, the newer group, may still be in flight); the barrier
+            // makes every thread's part of it visible.
+            cp_async_wait<1>();
+            __syncthreads();
+        }
 
         // O += P V. V is stored [key][dim], but the B operand must hold two consecutive keys
         // of one dim per register: ldmatrix.trans transposes each 8x8 block on the way.
-        if (warp_active) {
 #pragma unroll
-            for (int step = 0; step < PV_STEPS; ++step) {
+        for (int step = 0; step < PV_STEPS; ++step) {
 #pragma unroll
-                for (int d = 0; d < O_TILES; d += 2) {
-                    uint32_t b[4];
-                    ldmatrix_x4_trans(b, v_now[(d / 2) % 4] + 2 * (step * 16 * HEAD_DIM + d / 8 * 64));
+            for (int d = 0; d < O_TILES; d += 2) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, v_base[(d / 2) % 4] + 2 * (step * 16 * HEAD_DIM + d / 8 * 64));
 #pragma unroll
-                    for (int m = 0; m < ROW_TILES; ++m) {
-                        mma_m16n8k16_bf16(o_accumulator[m][d], p_fragment[m][step], b[0], b[1]);
-                        mma_m16n8k16_bf16(o_accumulator[m][d + 1], p_fragment[m][step], b[2], b[3]);
-                    }
+                for (int m = 0; m < ROW_TILES; ++m) {
+                    mma_m16n8k16_bf16(o_accumulator[m][d], p_fragment[m][step], b[0], b[1]);
+                    mma_m16n8k16_bf16(o_accumulator[m][d + 1], p_fragment[m][step], b[2], b[3]);
                 }
             }
+        }
+        const uint32_t k_flip = kv_tile % 2 == 0 ? K_TILE_BYTES : 0u - K_TILE_BYTES;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            k_base[c] += k_flip;
+            if constexpr (Config::V_BUFFERS == 2) v_base[c] += k_flip;  // V tiles: same size
         }
     }
 
@@ -432,6 +469,46 @@ __device__ __forceinline__ float column_sum(float value) {
     value += __shfl_xor_sync(0xffffffffu, value, 8);
     value += __shfl_xor_sync(0xffffffffu, value, 16);
     return value;
+}
+
+// The two products that both backward kernels start from, for one warp's 16 rows over the
+// whole head dim: s += A B^T and dp += A' B'^T, the A fragments loaded once per k-step and
+// used for a whole row of n-tiles. The dK/dV kernel passes A = K, A' = V, B = Q, B' = dO (S^T
+// and dP^T); the dQ kernel A = Q, A' = dO, B = K, B' = V (S and dP). The A fragments come from
+// a_registers and a2_registers when A_IN_REGISTERS (D = 64), else from rows a_row0.. of the
+// tiles a_tile and a2_tile.
+template <class Layout, bool A_IN_REGISTERS, int S_TILES, int REGISTER_STEPS>
+__device__ __forceinline__ void scores_and_gradients(
+    float (&s)[S_TILES][4], float (&dp)[S_TILES][4],
+    const uint32_t (&a_registers)[REGISTER_STEPS][4],
+    const uint32_t (&a2_registers)[REGISTER_STEPS][4], const bf16* a_tile, const bf16* a2_tile,
+    int a_row0, const bf16* b_tile, const bf16* b2_tile, int lane) {
+    constexpr int K_STEPS = Layout::CHUNKS_PER_ROW * Layout::CHUNK_ELEMENTS / 16;  // head dim / 16
+    static_assert(!A_IN_REGISTERS || REGISTER_STEPS == K_STEPS, "one register fragment per k-step");
+#pragma unroll
+    for (int ks = 0; ks < K_STEPS; ++ks) {
+        uint32_t a[4], a2[4];
+        if constexpr (A_IN_REGISTERS) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                a[i] = a_registers[ks][i];
+                a2[i] = a2_registers[ks][i];
+            }
+        } else {
+            load_a<Layout>(a, a_tile, a_row0, ks * 16, lane);
+            load_a<Layout>(a2, a2_tile, a_row0, ks * 16, lane);
+        }
+#pragma unroll
+        for (int np = 0; np < S_TILES / 2; ++np) {
+            uint32_t b[4];
+            load_b<Layout>(b, b_tile, np * 16, ks * 16, lane);
+            mma_m16n8k16_bf16(s[2 * np], a, b[0], b[1]);
+            mma_m16n8k16_bf16(s[2 * np + 1], a, b[2], b[3]);
+            load_b<Layout>(b, b2_tile, np * 16, ks * 16, lane);
+            mma_m16n8k16_bf16(dp[2 * np], a2, b[0], b[1]);
+            mma_m16n8k16_bf16(dp[2 * np + 1], a2, b[2], b[3]);
+        }
+    }
 }
 
 __device__ __forceinline__ void store_bf16x2(bf16* destination, float low, float high) {
@@ -611,30 +688,8 @@ dkdv_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* _
         // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys.
         float s[S_TILES][4] = {};
         float dp[S_TILES][4] = {};
-#pragma unroll
-        for (int ks = 0; ks < K_STEPS; ++ks) {
-            uint32_t k_fragment[4], v_fragment[4];
-            if constexpr (KV_IN_REGISTERS) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    k_fragment[i] = k_registers[ks][i];
-                    v_fragment[i] = v_registers[ks][i];
-                }
-            } else {
-                load_a<Layout>(k_fragment, k_tile, warp * 16, ks * 16, lane);
-                load_a<Layout>(v_fragment, v_tile, warp * 16, ks * 16, lane);
-            }
-#pragma unroll
-            for (int np = 0; np < S_TILES / 2; ++np) {
-                uint32_t b[4];
-                load_b<Layout>(b, q_tile, np * 16, ks * 16, lane);
-                mma_m16n8k16_bf16(s[2 * np], k_fragment, b[0], b[1]);
-                mma_m16n8k16_bf16(s[2 * np + 1], k_fragment, b[2], b[3]);
-                load_b<Layout>(b, do_tile, np * 16, ks * 16, lane);
-                mma_m16n8k16_bf16(dp[2 * np], v_fragment, b[0], b[1]);
-                mma_m16n8k16_bf16(dp[2 * np + 1], v_fragment, b[2], b[3]);
-            }
-        }
+        scores_and_gradients<Layout, KV_IN_REGISTERS>(s, dp, k_registers, v_registers, k_tile,
+                                                      v_tile, warp * 16, q_tile, do_tile, lane);
 
         // P^T from the saved LSE (no max, no sum: the forward already found them).
 #pragma unroll
@@ -896,7 +951,9 @@ dq_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __r
     uint32_t do_registers[QDO_IN_REGISTERS ? K_STEPS : 1][4];
     float ds_rowsum[2] = {0.0f, 0.0f};  // this lane's part of sum_j dS_ij, for the centring
     for (int tile = 0; tile < tiles; ++tile) {
-        if (tile + 1 < tiles) {
+        // Not the last tile: prefetch the next. (!= rather than <, equal here, keeps ptxas from
+        // spilling in dkdv_dq_kernel<128>.)
+        if (tile + 1 != tiles) {
             const int next = (tile + 1) % 2;
             load_tile<DQ_BLOCK_KV, HEAD_DIM, DQ_THREADS>(k_tiles + next * TILE, k_head,
                                                          (tile + 1) * DQ_BLOCK_KV, len_kv);
@@ -921,32 +978,11 @@ dq_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __r
             }
         }
 
+        // S = Q K^T and dP = dO V^T for this warp's 16 rows.
         float s[S_TILES][4] = {};
         float dp[S_TILES][4] = {};
-#pragma unroll
-        for (int ks = 0; ks < K_STEPS; ++ks) {
-            uint32_t q_fragment[4], do_fragment[4];
-            if constexpr (QDO_IN_REGISTERS) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    q_fragment[i] = q_registers[ks][i];
-                    do_fragment[i] = do_registers[ks][i];
-                }
-            } else {
-                load_a<Layout>(q_fragment, q_tile, warp * 16, ks * 16, lane);
-                load_a<Layout>(do_fragment, do_tile, warp * 16, ks * 16, lane);
-            }
-#pragma unroll
-            for (int np = 0; np < S_TILES / 2; ++np) {
-                uint32_t b[4];
-                load_b<Layout>(b, k_tile, np * 16, ks * 16, lane);
-                mma_m16n8k16_bf16(s[2 * np], q_fragment, b[0], b[1]);
-                mma_m16n8k16_bf16(s[2 * np + 1], q_fragment, b[2], b[3]);
-                load_b<Layout>(b, v_tile, np * 16, ks * 16, lane);
-                mma_m16n8k16_bf16(dp[2 * np], do_fragment, b[0], b[1]);
-                mma_m16n8k16_bf16(dp[2 * np + 1], do_fragment, b[2], b[3]);
-            }
-        }
+        scores_and_gradients<Layout, QDO_IN_REGISTERS>(s, dp, q_registers, do_registers, q_tile,
+                                                       do_tile, warp * 16, k_tile, v_tile, lane);
         const int kv0 = tile * DQ_BLOCK_KV;
 #pragma unroll
         for (int nt = 0; nt < S_TILES; ++nt)
@@ -1123,17 +1159,13 @@ void launch_backward(DqStrategy strategy, const bf16* q, const bf16* k, const bf
 }  // namespace
 
 const StageCapabilities& stage_capabilities() {
-    static const StageCapabilities caps{"07_backward", "bf16", {64, 128}, MAX_LENGTH, MAX_LENGTH,
-                                        /*causal=*/true, /*backward=*/true,
-                                        /*alignment_bytes=*/16};
+    // 16-byte alignment: every cp.async moves 16 bytes.
+    static const StageCapabilities caps{"07_backward", "bf16", {64, 128}, MAX_LENGTH,
+                                        MAX_LENGTH, true, /*backward=*/true, 16};
     return caps;
 }
 
 size_t attention_workspace_bytes(const AttentionShape&) { return 0; }
-
-size_t attention_backward_workspace_bytes(const AttentionShape& shape) {
-    return WorkspaceLayout(shape, kDefaultDqStrategy).total;
-}
 
 void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
                        const AttentionShape& shape, cudaStream_t stream) {
@@ -1142,6 +1174,10 @@ void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, flo
         launch<Tiling64>(q, k, v, o, lse, shape, stream);
     else
         launch<Tiling128>(q, k, v, o, lse, shape, stream);
+}
+
+size_t attention_backward_workspace_bytes(const AttentionShape& shape) {
+    return WorkspaceLayout(shape, kDefaultDqStrategy).total;
 }
 
 void attention_backward_with(DqStrategy strategy, const bf16* q, const bf16* k, const bf16* v,
