@@ -390,24 +390,6 @@ struct BufferSets {
 
 // ---- timing -----------------------------------------------------------------------------
 
-struct EventPair {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    EventPair() {
-        CUDA_CHECK(cudaEventCreate(&start));
-        CUDA_CHECK(cudaEventCreate(&stop));
-    }
-    ~EventPair() {
-        cudaEventDestroy(start);
-        cudaEventDestroy(stop);
-    }
-    EventPair(const EventPair&) = delete;
-    EventPair& operator=(const EventPair&) = delete;
-    double milliseconds() const {
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        return ms;
-    }
-};
 
 struct Timing {
     double median_ms = 0;

@@ -19,6 +19,7 @@
 
 #include "cublas_check.h"
 #include "cuda_check.h"
+#include "harness.h"
 
 namespace {
 
@@ -64,29 +65,6 @@ void fill_normal(T* data, size_t count, uint64_t seed) {
     CUDA_CHECK_LAUNCH();
 }
 
-template <class T>
-struct DeviceArray {
-    T* data = nullptr;
-    explicit DeviceArray(size_t count) { CUDA_CHECK(cudaMalloc(&data, count * sizeof(T))); }
-    ~DeviceArray() { cudaFree(data); }
-    DeviceArray(const DeviceArray&) = delete;
-    DeviceArray& operator=(const DeviceArray&) = delete;
-};
-
-struct EventPair {
-    cudaEvent_t start = nullptr, stop = nullptr;
-    EventPair() {
-        CUDA_CHECK(cudaEventCreate(&start));
-        CUDA_CHECK(cudaEventCreate(&stop));
-    }
-    ~EventPair() {
-        cudaEventDestroy(start);
-        cudaEventDestroy(stop);
-    }
-    EventPair(const EventPair&) = delete;
-    EventPair& operator=(const EventPair&) = delete;
-};
-
 // Median milliseconds of `call` on the default stream, each call between its own pair of events.
 double median_ms(const std::function<void()>& call) {
     EventPair probe;
@@ -123,16 +101,16 @@ template <class T>
 Ceiling measure_gemm(cublasHandle_t handle, cudaDataType_t type, const char* name,
                      const char* type_name) {
     const size_t elements = size_t(kGemmSize) * kGemmSize;
-    DeviceArray<T> a(elements), b(elements), c(elements);
-    fill_normal(a.data, elements, 1);
-    fill_normal(b.data, elements, 2);
+    DeviceBuffer<T> a(elements), b(elements), c(elements);
+    fill_normal(a.data(), elements, 1);
+    fill_normal(b.data(), elements, 2);
     const float alpha = 1.0f, beta = 0.0f;
     // CUBLAS_COMPUTE_32F (not _FAST_TF32) under the default math mode: FP32 data stays on the
     // FP32 units, and BF16 data accumulates in FP32 on the tensor cores.
     const double ms = median_ms([&] {
         CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, kGemmSize, kGemmSize, kGemmSize,
-                                  &alpha, a.data, type, kGemmSize, b.data, type, kGemmSize, &beta,
-                                  c.data, type, kGemmSize, CUBLAS_COMPUTE_32F,
+                                  &alpha, a.data(), type, kGemmSize, b.data(), type, kGemmSize, &beta,
+                                  c.data(), type, kGemmSize, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
     });
     const double flops = 2.0 * double(kGemmSize) * kGemmSize * kGemmSize;
@@ -147,10 +125,10 @@ Ceiling measure_copy() {
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     // Source and destination, leaving most of the device free (a small GPU still gets a number).
     const size_t bytes = std::min(kCopyBytes, free_bytes / 4) / 256 * 256;
-    DeviceArray<float> source(bytes / sizeof(float)), destination(bytes / sizeof(float));
-    fill_normal(source.data, bytes / sizeof(float), 3);
+    DeviceBuffer<float> source(bytes / sizeof(float)), destination(bytes / sizeof(float));
+    fill_normal(source.data(), bytes / sizeof(float), 3);
     const double ms = median_ms([&] {
-        CUDA_CHECK(cudaMemcpyAsync(destination.data, source.data, bytes, cudaMemcpyDeviceToDevice));
+        CUDA_CHECK(cudaMemcpyAsync(destination.data(), source.data(), bytes, cudaMemcpyDeviceToDevice));
     });
     std::ostringstream method;
     method << "cudaMemcpyAsync device to device of " << bytes

@@ -56,6 +56,26 @@ private:
     size_t count_ = 0;
 };
 
+// A pair of CUDA events around one timed region.
+struct EventPair {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    EventPair() {
+        CUDA_CHECK(cudaEventCreate(&start));
+        CUDA_CHECK(cudaEventCreate(&stop));
+    }
+    ~EventPair() {
+        cudaEventDestroy(start);
+        cudaEventDestroy(stop);
+    }
+    EventPair(const EventPair&) = delete;
+    EventPair& operator=(const EventPair&) = delete;
+    double milliseconds() const {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        return ms;
+    }
+};
+
 // randn + mean (0.5 by default), so that relative errors are not divided by a near-zero norm.
 std::vector<float> random_inputs(size_t count, uint64_t seed, float mean = 0.5f);
 // A seed that differs between runs; tests print it when they fail.

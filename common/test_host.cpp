@@ -196,7 +196,7 @@ struct PoisonedHostBuffers {
         : q(size_t(shape.q_elements())), k(size_t(shape.kv_elements())),
           v(size_t(shape.kv_elements())), o(size_t(shape.q_elements())),
           lse(size_t(shape.lse_elements())) {
-        std::memset(o.data(), 0xFF, o.size() * sizeof(Element));
+        std::memset(static_cast<void*>(o.data()), 0xFF, o.size() * sizeof(Element));
         std::memset(lse.data(), 0xFF, lse.size() * sizeof(float));
     }
     bool untouched() const {
