@@ -93,8 +93,8 @@ std::string ErrorStats::to_string() const {
 }
 
 namespace {
-template <class Reference>
-ErrorStats compare_impl(const std::vector<float>& out, const std::vector<Reference>& ref) {
+template <class Out, class Reference>
+ErrorStats compare_impl(const std::vector<Out>& out, const std::vector<Reference>& ref) {
     ErrorStats stats;
     if (out.size() != ref.size()) {
         stats.non_finite = int64_t(std::max(out.size(), ref.size()));
@@ -121,6 +121,9 @@ ErrorStats compare(const std::vector<float>& out, const std::vector<double>& ref
     return compare_impl(out, ref);
 }
 ErrorStats compare(const std::vector<float>& out, const std::vector<float>& ref) {
+    return compare_impl(out, ref);
+}
+ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref) {
     return compare_impl(out, ref);
 }
 

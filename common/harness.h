@@ -99,6 +99,7 @@ struct ErrorStats {
 };
 ErrorStats compare(const std::vector<float>& out, const std::vector<double>& ref);
 ErrorStats compare(const std::vector<float>& out, const std::vector<float>& ref);
+ErrorStats compare(const std::vector<double>& out, const std::vector<double>& ref);
 
 // FlashAttention's FLOP convention: forward 4*B*H*Lq*Lk*D, halved when causal; backward 2.5x.
 double forward_flops(const AttentionShape& shape);

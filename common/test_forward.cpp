@@ -10,14 +10,6 @@
 
 namespace {
 
-// Elements past the end of each output that must stay poisoned: catches writes past the end.
-constexpr size_t kGuard = 256;
-
-bool still_poisoned(const void* data, size_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    return std::all_of(p, p + bytes, [](unsigned char b) { return b == 0xFF; });
-}
-
 void check_forward(const AttentionShape& shape, bool with_lse = true) {
     const uint64_t seed = fresh_seed();
     INFO(ATTENTION_STAGE_NAME, " ", shape.to_string(), " lse=", with_lse, " seed=", seed);
@@ -73,15 +65,6 @@ void check_forward(const AttentionShape& shape, bool with_lse = true) {
         CHECK_MESSAGE(still_poisoned(lse_raw.data(), lse_raw.size() * sizeof(float)),
                       "lse was written although it was null");
     }
-}
-
-// Every supported head dim, causal and not.
-template <class Body>
-void for_each_variant(Body body) {
-    const StageCapabilities& caps = stage_capabilities();
-    for (int head_dim : caps.head_dims)
-        for (bool causal : {false, true})
-            if (causal ? caps.causal : true) body(head_dim, causal);
 }
 
 int capped(int length, int limit) { return std::min(length, limit); }

@@ -200,14 +200,8 @@ struct PoisonedHostBuffers {
         std::memset(lse.data(), 0xFF, lse.size() * sizeof(float));
     }
     bool untouched() const {
-        auto poisoned = [](const void* p, size_t bytes) {
-            const auto* c = static_cast<const unsigned char*>(p);
-            for (size_t i = 0; i < bytes; ++i)
-                if (c[i] != 0xFF) return false;
-            return true;
-        };
-        return poisoned(o.data(), o.size() * sizeof(Element)) &&
-               poisoned(lse.data(), lse.size() * sizeof(float));
+        return still_poisoned(o.data(), o.size() * sizeof(Element)) &&
+               still_poisoned(lse.data(), lse.size() * sizeof(float));
     }
     std::vector<Element> q, k, v, o;
     std::vector<float> lse;

@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -26,4 +27,23 @@ inline const std::vector<int>& edge_lengths() {
 inline std::vector<float> stage_inputs(size_t count, uint64_t seed) {
     std::vector<float> values = random_inputs(count, seed);
     return sizeof(Element) == 4 ? values : rounded_to_bf16(values);
+}
+
+// Elements past the end of every output buffer that must stay poisoned: catches writes past
+// the end.
+inline constexpr size_t kGuard = 256;
+
+// True when every byte still holds the 0xFF poison (a NaN in float and in bf16).
+inline bool still_poisoned(const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    return std::all_of(p, p + bytes, [](unsigned char b) { return b == 0xFF; });
+}
+
+// Runs body(head_dim, causal) for every head dim the stage supports, causal and not.
+template <class Body>
+void for_each_variant(Body body) {
+    const StageCapabilities& caps = stage_capabilities();
+    for (int head_dim : caps.head_dims)
+        for (bool causal : {false, true})
+            if (causal ? caps.causal : true) body(head_dim, causal);
 }
