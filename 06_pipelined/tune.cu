@@ -2,12 +2,13 @@
 // checks that each gives the output of the launcher's choice. Not part of `make`: build with
 //   nvcc -std=c++17 -O3 -arch=native -Icommon -DATTENTION_DTYPE_BF16 -DATTENTION_NO_LAUNCHER \
 //        -Xptxas -v 06_pipelined/tune.cu common/validate.cpp common/cuda_check.cpp -o build/tune_06
-// and run build/tune_06. Timing: CUDA events, 3 warm-up calls, median of 20; the inputs stay
+// and run build/tune_06 (`build/tune_06 quick`: only the launcher's tilings). Timing: CUDA events, 3 warm-up calls, median of 20; the inputs stay
 // in L2 where they fit (the shared benchmark driver is the reference for published numbers).
 // FLOPs: 4*B*H*Lq*Lk*D, halved when causal.
 #include "attention.cu"
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 namespace {
@@ -28,9 +29,9 @@ struct Buffers {
 
 template <class Config>
 void run_tiling(const char* name, const Buffers& b, const AttentionShape& shape,
-                const std::vector<bf16>& reference) {
+                const std::vector<bf16>& reference, int group_heads = 0) {
     if (shape.head_dim != Config::HEAD_DIM) return;
-    auto call = [&] { launch<Config>(b.q, b.k, b.v, b.o, b.lse, shape, 0); };
+    auto call = [&] { launch<Config>(b.q, b.k, b.v, b.o, b.lse, shape, 0, group_heads); };
     for (int i = 0; i < 3; ++i) call();
     std::vector<float> times;
     cudaEvent_t start, stop;
@@ -57,18 +58,23 @@ void run_tiling(const char* name, const Buffers& b, const AttentionShape& shape,
         diff += (x - y) * (x - y);
         norm += y * y;
     }
-    std::printf("%-28s %-34s %9.3f ms %7.1f TFLOP/s  rel diff to launcher %.2e\n", name,
+    const int groups = group_heads > 0 ? group_heads : heads_per_l2_group(shape);
+    std::printf("%-28s heads/group %-4d %-34s %9.3f ms %7.1f TFLOP/s  rel diff to launcher %.2e\n", name, groups,
                 shape.to_string().c_str(), ms, flops / ms * 1e-9, std::sqrt(diff / norm));
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
 }
 
-#define TILING(D, W, R, KV, MB, VB) run_tiling<Tiling<D, W, R, KV, MB, VB>>( \
-    "Tiling<" #D "," #W "," #R "," #KV "," #MB "," #VB ">", buffers, shape, reference)
+// SKIP: SKIP_UNCHANGED_RESCALE (1: skip O's rescale where no row max moved; 0: always rescale).
+#define TILING_GROUPED(D, W, R, KV, MB, VB, SKIP, GROUP) run_tiling<Tiling<D, W, R, KV, MB, VB, SKIP>>( \
+    "Tiling<" #D "," #W "," #R "," #KV "," #MB "," #VB "," #SKIP ">", buffers, shape, reference, GROUP)
+#define TILING(D, W, R, KV, MB, VB, SKIP) TILING_GROUPED(D, W, R, KV, MB, VB, SKIP, 0)
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    // "quick": only the launcher's tilings, grouped as the launcher groups heads.
+    const bool quick = argc > 1 && std::string(argv[1]) == "quick";
     const std::vector<AttentionShape> shapes{
         make_shape(1, 8, 4096, 8192, 128), make_shape(4, 8, 4096, 4096, 64),
         make_shape(16, 16, 4096, 4096, 128, true), make_shape(4, 8, 4096, 4096, 64, true),
@@ -88,15 +94,31 @@ int main() {
         else launch<Tiling128>(buffers.q, buffers.k, buffers.v, buffers.o, buffers.lse, shape, 0);
         CUDA_CHECK(cudaMemcpy(reference.data(), buffers.o, reference.size() * sizeof(bf16),
                               cudaMemcpyDeviceToHost));
-        TILING(64, 4, 1, 64, 2, 1);
-        TILING(64, 4, 2, 64, 2, 1);
-        TILING(64, 4, 2, 64, 2, 2);
-        TILING(64, 4, 2, 128, 1, 1);
-        TILING(128, 4, 2, 32, 1, 1);
-        TILING(128, 4, 2, 32, 2, 2);
-        TILING(128, 4, 2, 64, 1, 1);
-        TILING(128, 4, 2, 64, 1, 2);
-        TILING(128, 8, 1, 64, 1, 1);
+        if (quick) {
+            TILING(64, 4, 2, 64, 2, 2, 0);
+            TILING(128, 4, 2, 64, 1, 2, 1);
+        } else {
+            TILING(64, 4, 1, 64, 2, 1, 1);
+            TILING(64, 4, 2, 64, 2, 1, 1);
+            TILING(64, 4, 2, 64, 2, 2, 1);
+            TILING(64, 4, 2, 64, 2, 2, 0);
+            TILING(64, 4, 2, 128, 1, 1, 1);
+            TILING(128, 4, 2, 32, 1, 1, 1);
+            TILING(128, 4, 2, 32, 2, 2, 1);
+            TILING(128, 4, 2, 64, 1, 1, 1);
+            TILING(128, 4, 2, 64, 1, 2, 1);
+            TILING(128, 4, 2, 64, 1, 2, 0);
+            TILING(128, 4, 2, 48, 1, 2, 1);
+            TILING(128, 4, 2, 48, 1, 2, 0);
+            TILING(128, 8, 1, 64, 1, 1, 1);
+            TILING(128, 8, 2, 64, 1, 2, 1);
+            // The launcher's tilings with every head in one group (the q tile is the slow index
+            // of the whole grid) and with one head per group.
+            for (int group : {shape.batch * shape.heads, 1}) {
+                TILING_GROUPED(64, 4, 2, 64, 2, 2, 0, group);
+                TILING_GROUPED(128, 4, 2, 64, 1, 2, 1, group);
+            }
+        }
         cudaFree(buffers.q); cudaFree(buffers.k); cudaFree(buffers.v); cudaFree(buffers.o);
         cudaFree(buffers.lse);
     }

@@ -42,7 +42,13 @@ using bf16 = __nv_bfloat16;
 // V_BUFFERS = 1: K double-buffered, V_j fetched while S_j is computed; two barriers per tile.
 // V_BUFFERS = 2: K and V both double-buffered, K_{j+1} and V_{j+1} fetched during all of tile
 // j; one barrier per tile, for one more V tile of shared memory.
-template <int HEAD_DIM_, int WARPS_, int ROW_TILES_, int BLOCK_KV_, int MIN_BLOCKS_, int V_BUFFERS_ = 1>
+// SKIP_UNCHANGED_RESCALE: skip O's rescale, for the whole warp, on the tiles that leave every
+// row max of the warp unchanged. It saves multiplies but the branch splits the loop body, so
+// the compiler cannot interleave one row tile's softmax with the other's P V mma. At D = 64
+// the multiplies are few and the tiling without the branch is faster; at D = 128 the
+// interleaved body needs more registers than there are, and spills (tune.cu times both).
+template <int HEAD_DIM_, int WARPS_, int ROW_TILES_, int BLOCK_KV_, int MIN_BLOCKS_, int V_BUFFERS_ = 1,
+          bool SKIP_UNCHANGED_RESCALE_ = true>
 struct Tiling {
     static constexpr int HEAD_DIM = HEAD_DIM_;
     static constexpr int WARPS = WARPS_;
@@ -53,6 +59,7 @@ struct Tiling {
     static constexpr int BLOCK_KV = BLOCK_KV_;             // Bc
     static constexpr int MIN_BLOCKS = MIN_BLOCKS_;         // for __launch_bounds__
     static constexpr int V_BUFFERS = V_BUFFERS_;
+    static constexpr bool SKIP_UNCHANGED_RESCALE = SKIP_UNCHANGED_RESCALE_;
     // Q fragments stay in registers when they are few; else they are re-read with ldmatrix.
     static constexpr bool Q_IN_REGISTERS = ROW_TILES * HEAD_DIM <= 128;
     static constexpr size_t SHARED_BYTES =
@@ -64,7 +71,7 @@ struct Tiling {
 #ifndef PIPELINE_V_BUFFERS
 #define PIPELINE_V_BUFFERS 2
 #endif
-using Tiling64 = Tiling<64, 4, 2, 64, 2, PIPELINE_V_BUFFERS>;
+using Tiling64 = Tiling<64, 4, 2, 64, 2, PIPELINE_V_BUFFERS, false>;
 using Tiling128 = Tiling<128, 4, 2, 64, 1, PIPELINE_V_BUFFERS>;
 
 // The backward grids put the tile index in gridDim.y (at most 65535): 2^20 keeps it there.
@@ -106,14 +113,16 @@ __device__ __forceinline__ void load_tile(bf16* tile, const bf16* matrix, int fi
     }
 }
 
-// One block: BLOCK_Q query rows of one (batch, head); the grid is q tiles x batch*heads with
-// the q tile as the slow index, counted from the last, so causal's longest tiles start first.
+// One block: BLOCK_Q query rows of one (batch, head). The heads are taken group_heads at a
+// time: the blocks of one group come before the next group's, so the blocks in flight share
+// the K and V of a few heads, which stay in L2 (heads_per_l2_group). Inside a group the q tile
+// is the slow index, counted from the last, so causal's longest tiles start first.
 template <class Config>
 __global__ void __launch_bounds__(Config::THREADS, Config::MIN_BLOCKS)
 flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                          const bf16* __restrict__ V, bf16* __restrict__ O,
-                         float* __restrict__ lse, int batch_heads, int len_q, int len_kv,
-                         int q_tiles, float scale, bool causal) {
+                         float* __restrict__ lse, int batch_heads, int group_heads, int len_q,
+                         int len_kv, int q_tiles, float scale, bool causal) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, THREADS = Config::THREADS;
     constexpr int ROW_TILES = Config::ROW_TILES, ROWS_PER_WARP = Config::ROWS_PER_WARP;
     constexpr int BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV;
@@ -128,8 +137,13 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
     bf16* v_tiles = k_tiles + 2 * BLOCK_KV * HEAD_DIM;        // [V_BUFFERS][BLOCK_KV][HEAD_DIM]
     constexpr uint32_t K_TILE_BYTES = BLOCK_KV * HEAD_DIM * sizeof(bf16);
 
-    const int q_block = q_tiles - 1 - int(blockIdx.x / unsigned(batch_heads));
-    const int64_t head = blockIdx.x % unsigned(batch_heads);
+    const int group_blocks = group_heads * q_tiles;
+    const int group = int(blockIdx.x) / group_blocks;
+    const int first_head = group * group_heads;
+    const int heads_in_group = min(group_heads, batch_heads - first_head);
+    const int rank = int(blockIdx.x) - group * group_blocks;
+    const int q_block = q_tiles - 1 - rank / heads_in_group;
+    const int64_t head = first_head + rank % heads_in_group;
     const int q0 = q_block * BLOCK_Q;
     const int warp = int(threadIdx.x) / 32;
     const int lane = int(threadIdx.x) % 32;
@@ -318,8 +332,9 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             }
 
             // Once the running max has settled most tiles leave it unchanged (rescale = 1
-            // exactly): skip the multiplies when that holds for every row of the warp.
-            if (__any_sync(FULL_MASK, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+            // exactly): the multiplies may be skipped when that holds for every row of the warp.
+            if (!Config::SKIP_UNCHANGED_RESCALE ||
+                __any_sync(FULL_MASK, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
 #pragma unroll
                 for (int d = 0; d < O_TILES; ++d) {
                     o_accumulator[m][d][0] *= rescale[0];
@@ -382,9 +397,23 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
         }
 }
 
+// Heads per group of the grid. When the K and V of all heads fit in L2 together, one group,
+// so the whole grid runs heaviest tile first (with few waves, a heavy causal tile started
+// late is a long tail); otherwise as many heads as fill half of L2.
+inline int heads_per_l2_group(const AttentionShape& shape) {
+    int device = 0, l2_bytes = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    const int64_t heads = int64_t(shape.batch) * shape.heads;
+    const int64_t kv_bytes = 2 * int64_t(shape.len_kv) * shape.head_dim * int64_t(sizeof(bf16));
+    if (heads * kv_bytes <= l2_bytes) return int(heads);
+    return int(std::clamp<int64_t>(l2_bytes / 2 / kv_bytes, 1, heads));
+}
+
+// group_heads = 0: heads_per_l2_group; tune.cu also times 1 and batch * heads.
 template <class Config>
 void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
-            const AttentionShape& shape, cudaStream_t stream) {
+            const AttentionShape& shape, cudaStream_t stream, int group_heads = 0) {
     const int batch_heads = shape.batch * shape.heads;
     const int q_tiles = ceil_div(shape.len_q, Config::BLOCK_Q);
     const int64_t blocks = int64_t(q_tiles) * batch_heads;
@@ -398,8 +427,9 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(shared_bytes)));
     kernel<<<unsigned(blocks), Config::THREADS, shared_bytes, stream>>>(
-        q, k, v, o, lse, batch_heads, shape.len_q, shape.len_kv, q_tiles, shape.softmax_scale(),
-        shape.causal);
+        q, k, v, o, lse, batch_heads,
+        group_heads > 0 ? std::min(group_heads, batch_heads) : heads_per_l2_group(shape),
+        shape.len_q, shape.len_kv, q_tiles, shape.softmax_scale(), shape.causal);
     CUDA_CHECK_LAUNCH();
 }
 
