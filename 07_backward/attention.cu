@@ -2,17 +2,19 @@
 // stands (it already writes LSE, which is all the backward needs from it). The backward is:
 //   1. preprocess: D = rowsum(dO * O) per query row in FP32, a zeroed dQ accumulator, and the
 //      column sums of K (for the centred dQ, see convert_dq_kernel);
-//   2. dK/dV: one block per KV tile walks every query tile, recomputes P from Q, K and LSE,
-//      forms dS on chip and keeps dK and dV in registers; it also adds its share of dQ = dS K
-//      to an FP32 workspace with atomics (DqStrategy::atomic) ...
-//   3. ... which a last kernel centres, scales and rounds to bf16; or, instead of 2's atomics
-//      and 3, a dQ kernel with the opposite loop order (DqStrategy::second_kernel).
+//   2. one pass over KV tiles (DqStrategy::atomic, the default): one block per 128 keys walks
+//      every query tile, recomputes P from Q, K and LSE, forms dS, keeps dK and dV in
+//      registers and adds its share of dQ = dS K to an FP32 workspace with atomics ...
+//   3. ... which a last kernel centres, scales and rounds to bf16.
+// DqStrategy::second_kernel replaces 2 and 3 by a dK/dV kernel and a dQ kernel with the
+// opposite loop order, which recomputes S and dP: slower, but deterministic.
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "attention.h"
 #include "cuda_check.h"
@@ -435,22 +437,9 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 
 // ==== the backward pass ===================================================================
 
-// The measurement in the chapter picked the second kernel: faster here, and deterministic.
-constexpr DqStrategy kDefaultDqStrategy = DqStrategy::second_kernel;
-
-// The dS^T tile of the backward is BLOCK_KV rows of BLOCK_Q (32 or 64) bf16. A 64-wide row is
-// TileLayout<64>; a 32-wide row is 4 chunks, two rows per 128-byte line, so the XOR takes
-// (row / 2) % 4 to give the 8 rows of one ldmatrix 8 distinct 16-byte bank groups.
-template <int ROW_ELEMENTS>
-struct ScoreLayout {
-    static_assert(ROW_ELEMENTS == 32 || ROW_ELEMENTS == 64, "rows of 32 or 64 bf16");
-    static constexpr int CHUNKS_PER_ROW = ROW_ELEMENTS / 8;
-    __device__ static constexpr int offset(int row, int column) {
-        const int chunk = column / 8;
-        const int slot = CHUNKS_PER_ROW == 8 ? chunk ^ (row % 8) : chunk ^ ((row / 2) % 4);
-        return row * ROW_ELEMENTS + slot * 8 + column % 8;
-    }
-};
+// The measurement in the chapter picked the one-pass kernel with atomics: faster at every
+// benchmark shape, but not deterministic (the second kernel is, and stays selectable).
+constexpr DqStrategy kDefaultDqStrategy = DqStrategy::atomic;
 
 // ---- fragments ----------------------------------------------------------------------------
 // Lane l of a warp; g = l / 4 is the fragment row, t = l % 4 the column pair (ptx.cuh).
@@ -572,16 +561,15 @@ preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
     }
 }
 
-// ---- backward 2: dK and dV (and dQ by atomics) -------------------------------------------
+// ---- second-kernel strategy, 2a: dK and dV ------------------------------------------------
 // One block of BWD_WARPS warps owns BWD_BLOCK_KV = 16 x BWD_WARPS keys, 16 per warp, and walks
 // the query tiles.
 // Per query tile each warp computes, for its 16 keys (transposed, so keys are the rows that
 // dK and dV accumulate over):
 //   S^T = K Q^T,  P^T = exp2(S^T scale log2e - LSE log2e),  dP^T = V dO^T,
 //   dS^T = P^T (dP^T - D),  dV += P^T dO,  dK += dS^T Q,
-// with P^T and dS^T going from accumulators straight into A fragments. For dQ, dS^T goes
-// through shared memory so that the block can compute dS K for the query tile and add it to
-// the FP32 accumulator.
+// with P^T and dS^T going from accumulators straight into A fragments, never through shared
+// memory. dQ is left to the dQ kernel (2b).
 // 4 warps (64 keys) per block, two blocks per SM; -DATTENTION_BWD_WARPS=8 builds the variant
 // with 128 keys and one block per SM that the chapter measures against it.
 #ifndef ATTENTION_BWD_WARPS
@@ -605,25 +593,21 @@ struct BackwardTiles {
     static constexpr int BLOCK_Q = HEAD_DIM == 128 ? 32 : 64;
     static constexpr int KV_TILE = BWD_BLOCK_KV * HEAD_DIM;
     static constexpr int Q_TILE = BLOCK_Q * HEAD_DIM;
-    static constexpr int DS_TILE = BWD_BLOCK_KV * BLOCK_Q;
-    static constexpr size_t shared_bytes(bool with_dq) {
-        return sizeof(bf16) * (2 * size_t(KV_TILE) + 4 * size_t(Q_TILE) +
-                               (with_dq ? size_t(DS_TILE) : 0)) +
+    static constexpr size_t shared_bytes() {
+        return sizeof(bf16) * (2 * size_t(KV_TILE) + 4 * size_t(Q_TILE)) +
                sizeof(float) * (4 + BWD_WARPS) * BLOCK_Q;
     }
 };
 
 // The body of one dK/dV block: KV tile kv_block of head `head`, kv_blocks such tiles per head.
-template <int HEAD_DIM, bool ATOMIC_DQ>
+template <int HEAD_DIM>
 __device__ __forceinline__ void
 dkdv_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
             const bf16* __restrict__ dO, const float* __restrict__ lse,
-            float* __restrict__ delta, bf16* __restrict__ dK, bf16* __restrict__ dV,
-            float* __restrict__ dq_accum, float* __restrict__ ds_rowsum, int len_q, int len_kv,
-            float scale, bool causal, int64_t head, int kv_block, int kv_blocks) {
+            float* __restrict__ delta, bf16* __restrict__ dK, bf16* __restrict__ dV, int len_q,
+            int len_kv, float scale, bool causal, int64_t head, int kv_block, int kv_blocks) {
     using Tiles = BackwardTiles<HEAD_DIM>;
     using Layout = Tile<HEAD_DIM>;
-    using DsLayout = ScoreLayout<Tiles::BLOCK_Q>;
     constexpr int BLOCK_Q = Tiles::BLOCK_Q;
     constexpr int K_STEPS = HEAD_DIM / 16;   // k-steps over the head dim (S^T, dP^T)
     constexpr int Q_STEPS = BLOCK_Q / 16;    // k-steps over the queries (dV, dK)
@@ -636,8 +620,7 @@ dkdv_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* _
     bf16* v_tile = k_tile + Tiles::KV_TILE;
     bf16* q_tiles = v_tile + Tiles::KV_TILE;      // two buffers
     bf16* do_tiles = q_tiles + 2 * Tiles::Q_TILE;  // two buffers
-    bf16* ds_tile = do_tiles + 2 * Tiles::Q_TILE;  // only with ATOMIC_DQ
-    float* lse_log2 = reinterpret_cast<float*>(ds_tile + (ATOMIC_DQ ? Tiles::DS_TILE : 0));
+    float* lse_log2 = reinterpret_cast<float*>(do_tiles + 2 * Tiles::Q_TILE);
     float* delta_tiles = lse_log2 + 2 * BLOCK_Q;
     float* warp_sums = delta_tiles + 2 * BLOCK_Q;  // [BWD_WARPS][BLOCK_Q]
 
@@ -776,64 +759,7 @@ dkdv_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* _
             }
         }
 
-        if constexpr (ATOMIC_DQ) {
-            // rowsum(dS) per query, for the K-centering of dQ (applied in convert_dq_kernel).
-#pragma unroll
-            for (int nt = 0; nt < S_TILES; ++nt)
-#pragma unroll
-                for (int c = 0; c < 2; ++c) {
-                    const float sum = column_sum(dp[nt][c] + dp[nt][c + 2]);
-                    const int query = q0 + nt * 8 + 2 * t + c;
-                    if (g == 0 && query < len_q) atomicAdd(ds_rowsum + head * len_q + query, sum);
-                }
-            // dS^T to shared memory: the dQ product needs all BWD_BLOCK_KV keys of each query row.
-#pragma unroll
-            for (int nt = 0; nt < S_TILES; ++nt)
-#pragma unroll
-                for (int r = 0; r < 2; ++r)
-                    store_bf16x2(ds_tile + DsLayout::offset(key_local + r * 8, nt * 8 + 2 * t),
-                                 dp[nt][2 * r], dp[nt][2 * r + 1]);
-            __syncthreads();
-
-            // dQ(tile) += dS K: warps split the BLOCK_Q x HEAD_DIM result into 16-row, 32-column
-            // pieces; each sums over the block's BWD_BLOCK_KV keys.
-            constexpr int ROW_GROUPS = BLOCK_Q / 16;
-            constexpr int COLUMNS = HEAD_DIM / (BWD_WARPS / ROW_GROUPS);
-            static_assert(COLUMNS % 16 == 0, "whole pairs of n-tiles per warp");
-            const int row_group = warp % ROW_GROUPS;
-            const int column0 = (warp / ROW_GROUPS) * COLUMNS;
-            float dq_acc[COLUMNS / 8][4] = {};
-#pragma unroll
-            for (int kk = 0; kk < BWD_BLOCK_KV / 16; ++kk) {
-                uint32_t a[4];
-                load_a_transposed<DsLayout>(a, ds_tile, row_group * 16, kk * 16, lane);
-#pragma unroll
-                for (int np = 0; np < COLUMNS / 16; ++np) {
-                    uint32_t b[4];
-                    load_b_transposed<Layout>(b, k_tile, column0 + np * 16, kk * 16, lane);
-                    mma_m16n8k16_bf16(dq_acc[2 * np], a, b[0], b[1]);
-                    mma_m16n8k16_bf16(dq_acc[2 * np + 1], a, b[2], b[3]);
-                }
-            }
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int query = q0 + row_group * 16 + g + r * 8;
-                if (query >= len_q) continue;
-                float* destination = dq_accum + (head * len_q + query) * HEAD_DIM + column0 + 2 * t;
-#pragma unroll
-                for (int nt = 0; nt < COLUMNS / 8; ++nt) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-                    // Hopper adds two neighbouring floats in one atomic: half the instructions.
-                    atomicAdd(reinterpret_cast<float2*>(destination + nt * 8),
-                              make_float2(dq_acc[nt][2 * r], dq_acc[nt][2 * r + 1]));
-#else
-                    atomicAdd(destination + nt * 8, dq_acc[nt][2 * r]);
-                    atomicAdd(destination + nt * 8 + 1, dq_acc[nt][2 * r + 1]);
-#endif
-                }
-            }
-        }
-        __syncthreads();  // the next copies overwrite the buffers (and dS^T) read above
+        __syncthreads();  // the next copies overwrite the buffers read above
     }
 
     // Keys past the end are not stored; keys no query sees (causal) get exact zeros.
@@ -852,18 +778,363 @@ dkdv_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* _
     }
 }
 
-template <int HEAD_DIM, bool ATOMIC_DQ>
+template <int HEAD_DIM>
 __global__ void __launch_bounds__(BWD_THREADS, BWD_BLOCKS_PER_SM)
 dkdv_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* __restrict__ V,
             const bf16* __restrict__ dO, const float* __restrict__ lse,
-            float* __restrict__ delta, bf16* __restrict__ dK, bf16* __restrict__ dV,
-            float* __restrict__ dq_accum, float* __restrict__ ds_rowsum, int len_q, int len_kv,
-            float scale, bool causal) {
-    dkdv_block<HEAD_DIM, ATOMIC_DQ>(Q, K, V, dO, lse, delta, dK, dV, dq_accum, ds_rowsum, len_q,
-                                    len_kv, scale, causal, blockIdx.x, blockIdx.y, gridDim.y);
+            float* __restrict__ delta, bf16* __restrict__ dK, bf16* __restrict__ dV, int len_q,
+            int len_kv, float scale, bool causal) {
+    dkdv_block<HEAD_DIM>(Q, K, V, dO, lse, delta, dK, dV, len_q, len_kv, scale, causal,
+                         blockIdx.x, blockIdx.y, gridDim.y);
 }
 
-// ---- backward 3a: the FP32 dQ accumulator, centred, scaled, to bf16 -----------------------
+// ---- backward 2, atomic strategy: dK, dV and dQ in one pass (FlashAttention-2's split) -----
+// One block of 8 warps owns 128 keys and walks the query tiles, 64 rows at a time at D = 128
+// (128 at D = 64). The five products of a tile are each split across the 8 warps in the shape
+// that reads little shared memory per mma, and that shape differs from product to product
+// (D = 128 below):
+//   S = Q K^T and dP = dO V^T (64 x 128): 2 x 4 warps, each 32 queries x 32 keys;
+//   P and dS = P (dP - D) go to shared memory, rounded to bf16;
+//   dV += P^T dO and dK += dS^T Q (128 x D): 4 x 2 warps, each 32 keys x D/2 dims, held in
+//   registers for the whole walk;
+//   dQ = dS K (64 x D): 2 x 4 warps, each 32 queries x D/4 dims, added to an FP32 accumulator
+//   in global memory with atomics (convert_dq_kernel rounds it at the end).
+// Per warp and tile that is 0.45 ldmatrix.x4 per mma, against 0.63 for the 16-keys-per-warp
+// kernel above, and five products instead of the second-kernel strategy's seven.
+// BLOCK_KV keys per block, BLOCK_Q queries per step, WARPS warps. S and dP have BLOCK_Q / 32
+// warps along the queries (32 each) and the rest along the keys; dK and dV BLOCK_KV / 32 along
+// the keys (32 each) and the rest along the head dim; dQ has S's warps along the queries and
+// the rest along the head dim.
+template <int HEAD_DIM_, int BLOCK_Q_, int BLOCK_KV_, int WARPS_>
+struct OnePassTiles {
+    static constexpr int HEAD_DIM = HEAD_DIM_, BLOCK_Q = BLOCK_Q_, BLOCK_KV = BLOCK_KV_;
+    static constexpr int WARPS = WARPS_, THREADS = 32 * WARPS;
+    static constexpr int BLOCKS_PER_SM = WARPS == 4 ? 2 : 1;  // for __launch_bounds__
+    static constexpr int Q_WARPS = BLOCK_Q / 32;        // S, dP and dQ: warps along queries
+    static constexpr int K_WARPS = WARPS / Q_WARPS;     // ... and along keys (dims for dQ)
+    static constexpr int KEY_WARPS = BLOCK_KV / 32;     // dK and dV: warps along keys
+    static constexpr int DIM_WARPS = WARPS / KEY_WARPS;  // ... and along the head dim
+    static_assert(Q_WARPS * K_WARPS == WARPS && KEY_WARPS * DIM_WARPS == WARPS, "warp grids");
+    static constexpr int KV_TILE = BLOCK_KV * HEAD_DIM;
+    static constexpr int Q_TILE = BLOCK_Q * HEAD_DIM;
+    static constexpr int SCORE_TILE = BLOCK_Q * BLOCK_KV;
+    // K, V; two buffers each of Q and dO; P and dS; LSE and D, two buffers each. (The per-warp
+    // row sums of the exact D borrow P's space.) 113 KiB at D = 128 with 64 x 64 tiles: two
+    // blocks fit in an H100 SM's 228 KiB, its 1 KiB per block included.
+    static constexpr size_t SHARED_BYTES =
+        sizeof(bf16) * (2 * size_t(KV_TILE) + 4 * size_t(Q_TILE) + 2 * size_t(SCORE_TILE)) +
+        sizeof(float) * 4 * BLOCK_Q;
+    static_assert(sizeof(float) * K_WARPS * BLOCK_Q <= sizeof(bf16) * SCORE_TILE, "row sums fit");
+};
+// The tilings the launcher uses; -DATTENTION_ONE_PASS_SMALL=1 builds the 4-warp, 64-key
+// alternative (two blocks per SM) that the chapter measures against them.
+#ifndef ATTENTION_ONE_PASS_SMALL
+#define ATTENTION_ONE_PASS_SMALL 0
+#endif
+template <int HEAD_DIM>
+using OnePassConfig = std::conditional_t<
+    ATTENTION_ONE_PASS_SMALL != 0, OnePassTiles<HEAD_DIM, 64, 64, 4>,
+    OnePassTiles<HEAD_DIM, HEAD_DIM == 64 ? 128 : 64, 128, 8>>;
+
+template <class Tiles>
+__global__ void __launch_bounds__(Tiles::THREADS, Tiles::BLOCKS_PER_SM)
+one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
+                         const bf16* __restrict__ V, const bf16* __restrict__ dO,
+                         const float* __restrict__ lse, const float* __restrict__ delta,
+                         bf16* __restrict__ dK, bf16* __restrict__ dV,
+                         float* __restrict__ dq_accum, float* __restrict__ ds_rowsum, int len_q,
+                         int len_kv, int kv_blocks, float scale, bool causal) {
+    constexpr int HEAD_DIM = Tiles::HEAD_DIM;
+    using Layout = Tile<HEAD_DIM>;
+    using ScoreTile = Tile<Tiles::BLOCK_KV>;  // P and dS: one row of BLOCK_KV keys per query
+    constexpr int BLOCK_Q = Tiles::BLOCK_Q, BLOCK_KV = Tiles::BLOCK_KV;
+    constexpr int Q_WARPS = Tiles::Q_WARPS, K_WARPS = Tiles::K_WARPS;
+    constexpr int S_KEYS = BLOCK_KV / K_WARPS;  // keys of S and dP per warp
+    constexpr int S_TILES = S_KEYS / 8;
+    constexpr int K_STEPS = HEAD_DIM / 16;     // k-steps of S and dP (over the head dim)
+    constexpr int Q_STEPS = BLOCK_Q / 16;      // k-steps of dV and dK (over the queries)
+    constexpr int KV_STEPS = BLOCK_KV / 16;    // k-steps of dQ (over the keys)
+    constexpr int KV_DIMS = HEAD_DIM / Tiles::DIM_WARPS;  // dims of dK and dV per warp
+    constexpr int DQ_DIMS = HEAD_DIM / K_WARPS;  // dims of dQ per warp
+    constexpr int KV_D_TILES = KV_DIMS / 8, DQ_D_TILES = DQ_DIMS / 8;
+    const float scale_log2 = scale * LOG2E;
+
+    extern __shared__ __align__(128) unsigned char shared_raw[];
+    bf16* k_tile = reinterpret_cast<bf16*>(shared_raw);
+    bf16* v_tile = k_tile + Tiles::KV_TILE;
+    bf16* q_tiles = v_tile + Tiles::KV_TILE;        // two buffers
+    bf16* do_tiles = q_tiles + 2 * Tiles::Q_TILE;    // two buffers
+    bf16* p_tile = do_tiles + 2 * Tiles::Q_TILE;     // [query][key]
+    bf16* ds_tile = p_tile + Tiles::SCORE_TILE;      // [query][key]
+    float* lse_log2 = reinterpret_cast<float*>(ds_tile + Tiles::SCORE_TILE);  // two buffers
+    float* delta_tiles = lse_log2 + 2 * BLOCK_Q;                              // two buffers
+    // [K_WARPS][BLOCK_Q], exact D only: used before P is written, after the last tile's P is read.
+    float* warp_sums = reinterpret_cast<float*>(p_tile);
+
+    // Heads are the slow index, so the blocks in flight share the Q, dO and dQ of few heads.
+    const int64_t head = int(blockIdx.x) / kv_blocks;
+    const int k0 = (int(blockIdx.x) % kv_blocks) * BLOCK_KV;
+    const bf16* q_head = Q + head * len_q * HEAD_DIM;
+    const bf16* do_head = dO + head * len_q * HEAD_DIM;
+    const float* lse_head = lse + head * len_q;
+    const float* delta_head = delta + head * len_q;
+    // One block holding every key sees whole rows of P and dP: D = rowsum(P * dP) exactly.
+    const bool exact_delta = kv_blocks == 1;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;
+    // S and dP: queries s_q.. (32), keys s_k.. (S_KEYS). dK and dV: keys kv_k.. (32), dims
+    // kv_d.. (D/2). dQ: queries s_q.. (32), dims dq_d.. (DQ_DIMS).
+    const int s_q = (warp % Q_WARPS) * 32, s_k = (warp / Q_WARPS) * S_KEYS;
+    const int kv_k = (warp / Tiles::DIM_WARPS) * 32, kv_d = (warp % Tiles::DIM_WARPS) * KV_DIMS;
+    const int dq_d = (warp / Q_WARPS) * DQ_DIMS;
+
+    float dk_acc[2][KV_D_TILES][4] = {};
+    float dv_acc[2][KV_D_TILES][4] = {};
+
+    // Causal: queries before k0 see none of these keys; skip their tiles.
+    const int q_tile_count = ceil_div(len_q, BLOCK_Q);
+    const int first_tile = causal ? k0 / BLOCK_Q : 0;
+
+    // LSE (in the exp2 domain) and D of one query tile, one row per thread of the first
+    // BLOCK_Q: loaded into registers a tile ahead and stored to shared memory once this tile's
+    // work is done, so that no warp waits for them. Rows past the end get LSE = +inf, so that
+    // their P is exactly 0 and they add nothing to dK or dV.
+    static_assert(BLOCK_Q <= Tiles::THREADS, "one row per thread");
+    const bool stats_thread = int(threadIdx.x) < BLOCK_Q;
+    float next_lse = INFINITY, next_delta = 0.0f;
+    auto load_row_stats = [&](int tile) {
+        const int row = tile * BLOCK_Q + int(threadIdx.x);
+        next_lse = INFINITY;
+        next_delta = 0.0f;
+        if (stats_thread && row < len_q) {
+            next_lse = lse_head[row];
+            next_delta = delta_head[row];
+        }
+    };
+    auto store_row_stats = [&](int buffer) {
+        if (stats_thread) {
+            lse_log2[buffer * BLOCK_Q + threadIdx.x] = next_lse * LOG2E;
+            delta_tiles[buffer * BLOCK_Q + threadIdx.x] = next_delta;
+        }
+    };
+
+    if (first_tile < q_tile_count) {
+        load_tile<BLOCK_KV, HEAD_DIM, Tiles::THREADS>(k_tile, K + head * len_kv * HEAD_DIM, k0, len_kv);
+        load_tile<BLOCK_KV, HEAD_DIM, Tiles::THREADS>(v_tile, V + head * len_kv * HEAD_DIM, k0, len_kv);
+        load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(q_tiles, q_head, first_tile * BLOCK_Q, len_q);
+        load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(do_tiles, do_head, first_tile * BLOCK_Q, len_q);
+        cp_async_commit();
+        load_row_stats(first_tile);
+        store_row_stats(0);
+    }
+
+    for (int tile = first_tile; tile < q_tile_count; ++tile) {
+        const int buffer = (tile - first_tile) % 2;
+        // This tile's Q and dO have landed (the only group in flight); the barrier also tells
+        // that every warp is done with the last tile, so its buffers, P and dS may be rewritten.
+        cp_async_wait<0>();
+        __syncthreads();
+        if (tile + 1 < q_tile_count) {
+            const int next = 1 - buffer;
+            load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(q_tiles + next * Tiles::Q_TILE, q_head,
+                                                           (tile + 1) * BLOCK_Q, len_q);
+            load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(do_tiles + next * Tiles::Q_TILE, do_head,
+                                                           (tile + 1) * BLOCK_Q, len_q);
+            cp_async_commit();
+            load_row_stats(tile + 1);
+        }
+        const bf16* q_tile = q_tiles + buffer * Tiles::Q_TILE;
+        const bf16* do_tile = do_tiles + buffer * Tiles::Q_TILE;
+        const float* tile_lse = lse_log2 + buffer * BLOCK_Q;
+        float* tile_delta = delta_tiles + buffer * BLOCK_Q;
+        const int q0 = tile * BLOCK_Q;
+
+        // S = Q K^T and dP = dO V^T, this warp's 32 x 32 of each.
+        float s[2][S_TILES][4] = {}, dp[2][S_TILES][4] = {};
+#pragma unroll
+        for (int ks = 0; ks < K_STEPS; ++ks) {
+            uint32_t a[2][4], a2[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                load_a<Layout>(a[mt], q_tile, s_q + mt * 16, ks * 16, lane);
+                load_a<Layout>(a2[mt], do_tile, s_q + mt * 16, ks * 16, lane);
+            }
+#pragma unroll
+            for (int np = 0; np < S_TILES / 2; ++np) {
+                uint32_t b[4];
+                load_b<Layout>(b, k_tile, s_k + np * 16, ks * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    mma_m16n8k16_bf16(s[mt][2 * np], a[mt], b[0], b[1]);
+                    mma_m16n8k16_bf16(s[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+                load_b<Layout>(b, v_tile, s_k + np * 16, ks * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    mma_m16n8k16_bf16(dp[mt][2 * np], a2[mt], b[0], b[1]);
+                    mma_m16n8k16_bf16(dp[mt][2 * np + 1], a2[mt], b[2], b[3]);
+                }
+            }
+        }
+
+        // P = exp2(S scale log2e - LSE log2e): the forward's max and sum, through its LSE.
+        // Masked: keys past len_kv, and (causal) keys after the query.
+        const bool needs_mask = k0 + BLOCK_KV > len_kv || (causal && k0 + BLOCK_KV - 1 > q0);
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = s_q + mt * 16 + g + r * 8;
+                const float row_lse = tile_lse[row];
+#pragma unroll
+                for (int nt = 0; nt < S_TILES; ++nt)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        float p = fast_exp2(s[mt][nt][2 * r + c] * scale_log2 - row_lse);
+                        if (needs_mask) {
+                            const int key = k0 + s_k + nt * 8 + 2 * t + c;
+                            if (key >= len_kv || (causal && key > q0 + row)) p = 0.0f;
+                        }
+                        s[mt][nt][2 * r + c] = p;
+                    }
+            }
+        if (exact_delta) {
+            // Row sums of P * dP over this warp's keys, then over the K_WARPS key groups.
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int nt = 0; nt < S_TILES; ++nt)
+                        sum += s[mt][nt][2 * r] * dp[mt][nt][2 * r] +
+                               s[mt][nt][2 * r + 1] * dp[mt][nt][2 * r + 1];
+                    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                    if (t == 0) warp_sums[(warp / Q_WARPS) * BLOCK_Q + s_q + mt * 16 + g + r * 8] = sum;
+                }
+            __syncthreads();
+            if (stats_thread) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int w = 0; w < K_WARPS; ++w) sum += warp_sums[w * BLOCK_Q + threadIdx.x];
+                tile_delta[threadIdx.x] = sum;
+            }
+            __syncthreads();
+        }
+        // dS = P (dP - D); its scale is applied once, to dK and dQ at the end. P and dS go to
+        // shared memory as bf16, and rowsum(dS) to the workspace, for the centred dQ.
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int row = s_q + mt * 16 + g + r * 8;
+                const float row_delta = tile_delta[row];
+                float sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < S_TILES; ++nt) {
+                    const float* p = &s[mt][nt][2 * r];
+                    float* ds = &dp[mt][nt][2 * r];
+                    ds[0] = p[0] * (ds[0] - row_delta);
+                    ds[1] = p[1] * (ds[1] - row_delta);
+                    sum += ds[0] + ds[1];
+                    const int column = s_k + nt * 8 + 2 * t;
+                    store_bf16x2(p_tile + ScoreTile::offset(row, column), p[0], p[1]);
+                    store_bf16x2(ds_tile + ScoreTile::offset(row, column), ds[0], ds[1]);
+                }
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                if (t == 0 && q0 + row < len_q) atomicAdd(ds_rowsum + head * len_q + q0 + row, sum);
+            }
+        __syncthreads();  // P and dS are complete
+
+        // dV += P^T dO and dK += dS^T Q: A operands P^T, dS^T read transposed from the tiles.
+#pragma unroll
+        for (int kq = 0; kq < Q_STEPS; ++kq) {
+            uint32_t p_fragment[2][4], ds_fragment[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                load_a_transposed<ScoreTile>(p_fragment[mt], p_tile, kv_k + mt * 16, kq * 16, lane);
+                load_a_transposed<ScoreTile>(ds_fragment[mt], ds_tile, kv_k + mt * 16, kq * 16, lane);
+            }
+#pragma unroll
+            for (int np = 0; np < KV_D_TILES / 2; ++np) {
+                uint32_t b[4];
+                load_b_transposed<Layout>(b, do_tile, kv_d + np * 16, kq * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    mma_m16n8k16_bf16(dv_acc[mt][2 * np], p_fragment[mt], b[0], b[1]);
+                    mma_m16n8k16_bf16(dv_acc[mt][2 * np + 1], p_fragment[mt], b[2], b[3]);
+                }
+                load_b_transposed<Layout>(b, q_tile, kv_d + np * 16, kq * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    mma_m16n8k16_bf16(dk_acc[mt][2 * np], ds_fragment[mt], b[0], b[1]);
+                    mma_m16n8k16_bf16(dk_acc[mt][2 * np + 1], ds_fragment[mt], b[2], b[3]);
+                }
+            }
+        }
+
+        // dQ(tile) += dS K over this block's keys, into the FP32 accumulator.
+        float dq_acc[2][DQ_D_TILES][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < KV_STEPS; ++kk) {
+            uint32_t a[2][4];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) load_a<ScoreTile>(a[mt], ds_tile, s_q + mt * 16, kk * 16, lane);
+#pragma unroll
+            for (int np = 0; np < DQ_D_TILES / 2; ++np) {
+                uint32_t b[4];
+                load_b_transposed<Layout>(b, k_tile, dq_d + np * 16, kk * 16, lane);
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    mma_m16n8k16_bf16(dq_acc[mt][2 * np], a[mt], b[0], b[1]);
+                    mma_m16n8k16_bf16(dq_acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+                }
+            }
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int query = q0 + s_q + mt * 16 + g + r * 8;
+                if (query >= len_q) continue;
+                float* destination = dq_accum + (head * len_q + query) * HEAD_DIM + dq_d + 2 * t;
+#pragma unroll
+                for (int nt = 0; nt < DQ_D_TILES; ++nt) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+                    // Hopper adds two neighbouring floats in one atomic: half the instructions.
+                    atomicAdd(reinterpret_cast<float2*>(destination + nt * 8),
+                              make_float2(dq_acc[mt][nt][2 * r], dq_acc[mt][nt][2 * r + 1]));
+#else
+                    atomicAdd(destination + nt * 8, dq_acc[mt][nt][2 * r]);
+                    atomicAdd(destination + nt * 8 + 1, dq_acc[mt][nt][2 * r + 1]);
+#endif
+                }
+            }
+        if (tile + 1 < q_tile_count) store_row_stats(1 - buffer);
+    }
+
+    // Keys past the end are not stored; keys no query sees (causal) get exact zeros.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int key = k0 + kv_k + mt * 16 + g + r * 8;
+            if (key >= len_kv) continue;
+            bf16* dk_row = dK + (head * len_kv + key) * HEAD_DIM + kv_d;
+            bf16* dv_row = dV + (head * len_kv + key) * HEAD_DIM + kv_d;
+#pragma unroll
+            for (int nt = 0; nt < KV_D_TILES; ++nt) {
+                store_bf16x2(dk_row + nt * 8 + 2 * t, dk_acc[mt][nt][2 * r] * scale,
+                             dk_acc[mt][nt][2 * r + 1] * scale);
+                store_bf16x2(dv_row + nt * 8 + 2 * t, dv_acc[mt][nt][2 * r], dv_acc[mt][nt][2 * r + 1]);
+            }
+        }
+}
+
+// ---- backward 3: the FP32 dQ accumulator, centred, scaled, to bf16 ------------------------
 // dQ_i = scale sum_j dS_ij K_j = scale (sum_j dS_ij (K_j - c) + (sum_j dS_ij) c) for any c, and
 // sum_j dS_ij = D_i(exact) - D_i(used) is zero in exact arithmetic. With D from the bf16 O it
 // is not, and its error times c = mean of K is the largest error in dQ at long lengths; so the
@@ -914,7 +1185,7 @@ key_sum_kernel(const float* __restrict__ partial, float* __restrict__ key_sum, i
     key_sum[head * HEAD_DIM + threadIdx.x] = sum;
 }
 
-// ---- backward 3b: dQ by a kernel with the opposite loop order ----------------------------
+// ---- second-kernel strategy, 2b: dQ by a kernel with the opposite loop order -------------
 // One block of 4 warps per 64 query rows (16 per warp) walks the KV tiles, as the forward
 // does: S = Q K^T, dP = dO V^T, dS = P (dP - D), dQ += dS K, dQ in registers. It recomputes
 // S and dP, which the dK/dV kernel already had: two extra matrix products instead of atomics.
@@ -1088,8 +1359,8 @@ dkdv_dq_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                int kv_blocks, int q_blocks) {
     static_assert(!kFuseSecondKernel || BWD_THREADS == DQ_THREADS, "one block size for both");
     if (int(blockIdx.y) < kv_blocks)
-        dkdv_block<HEAD_DIM, false>(Q, K, V, dO, lse, delta, dK, dV, nullptr, nullptr, len_q,
-                                    len_kv, scale, causal, blockIdx.x, blockIdx.y, kv_blocks);
+        dkdv_block<HEAD_DIM>(Q, K, V, dO, lse, delta, dK, dV, len_q, len_kv, scale, causal,
+                             blockIdx.x, blockIdx.y, kv_blocks);
     else
         dq_block<HEAD_DIM>(Q, K, V, dO, lse, delta, key_sum, dQ, len_q, len_kv, scale, causal,
                            blockIdx.x, int(blockIdx.y) - kv_blocks, q_blocks);
@@ -1143,15 +1414,17 @@ void launch_backward(DqStrategy strategy, const bf16* q, const bf16* k, const bf
     key_sum_kernel<HEAD_DIM><<<heads, HEAD_DIM, 0, stream>>>(key_partial, key_sum, slices);
     CUDA_CHECK(cudaGetLastError());
 
-    using Tiles = BackwardTiles<HEAD_DIM>;
-    const dim3 kv_grid(heads, unsigned(ceil_div(shape.len_kv, BWD_BLOCK_KV)));
-    const size_t dkdv_bytes = Tiles::shared_bytes(atomic);
     if (atomic) {
-        CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<HEAD_DIM, true>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_bytes)));
-        dkdv_kernel<HEAD_DIM, true><<<kv_grid, BWD_THREADS, dkdv_bytes, stream>>>(
+        using Config = OnePassConfig<HEAD_DIM>;
+        constexpr size_t bytes = Config::SHARED_BYTES;
+        CUDA_CHECK(cudaFuncSetAttribute(one_pass_backward_kernel<Config>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+        const int kv_blocks = ceil_div(shape.len_kv, Config::BLOCK_KV);
+        if (int64_t(heads) * kv_blocks > INT_MAX)
+            throw std::invalid_argument("attention_backward: batch * heads * key tiles exceeds the grid");
+        one_pass_backward_kernel<Config><<<heads * unsigned(kv_blocks), Config::THREADS, bytes, stream>>>(
             q, k, v, dout, lse, delta, dk, dv, dq_accum, ds_rowsum, shape.len_q, shape.len_kv,
-            scale, shape.causal);
+            kv_blocks, scale, shape.causal);
         CUDA_CHECK(cudaGetLastError());
         const int64_t count = shape.q_elements();
         const int convert_blocks = int(std::min<int64_t>((count / 4 + 255) / 256, 65536));
@@ -1159,7 +1432,11 @@ void launch_backward(DqStrategy strategy, const bf16* q, const bf16* k, const bf
             dq_accum, ds_rowsum, key_sum, dq, count, HEAD_DIM, shape.len_q,
             1.0f / float(shape.len_kv), scale);
         CUDA_CHECK(cudaGetLastError());
-    } else if (kFuseSecondKernel && kv_grid.y > 1) {
+        return;
+    }
+    constexpr size_t dkdv_bytes = BackwardTiles<HEAD_DIM>::shared_bytes();
+    const dim3 kv_grid(heads, unsigned(ceil_div(shape.len_kv, BWD_BLOCK_KV)));
+    if (kFuseSecondKernel && kv_grid.y > 1) {
         const int q_blocks = ceil_div(shape.len_q, DQ_BLOCK_Q);
         const size_t bytes = std::max(dkdv_bytes, dq_shared_bytes<HEAD_DIM>());
         CUDA_CHECK(cudaFuncSetAttribute(dkdv_dq_kernel<HEAD_DIM>,
@@ -1170,11 +1447,10 @@ void launch_backward(DqStrategy strategy, const bf16* q, const bf16* k, const bf
             shape.causal, int(kv_grid.y), q_blocks);
         CUDA_CHECK(cudaGetLastError());
     } else {
-        CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<HEAD_DIM, false>,
+        CUDA_CHECK(cudaFuncSetAttribute(dkdv_kernel<HEAD_DIM>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(dkdv_bytes)));
-        dkdv_kernel<HEAD_DIM, false><<<kv_grid, BWD_THREADS, dkdv_bytes, stream>>>(
-            q, k, v, dout, lse, delta, dk, dv, nullptr, nullptr, shape.len_q, shape.len_kv,
-            scale, shape.causal);
+        dkdv_kernel<HEAD_DIM><<<kv_grid, BWD_THREADS, dkdv_bytes, stream>>>(
+            q, k, v, dout, lse, delta, dk, dv, shape.len_q, shape.len_kv, scale, shape.causal);
         CUDA_CHECK(cudaGetLastError());
         constexpr size_t bytes = dq_shared_bytes<HEAD_DIM>();
         CUDA_CHECK(cudaFuncSetAttribute(dq_kernel<HEAD_DIM>,
