@@ -437,8 +437,9 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 
 // ==== the backward pass ===================================================================
 
-// The measurement in the chapter picked the one-pass kernel with atomics: faster at every
-// benchmark shape, but not deterministic (the second kernel is, and stays selectable).
+// The measurement in the chapter picked the one-pass kernel with atomics: faster at the target
+// shapes, though slower at some causal ones, and not deterministic (the second kernel is, and
+// stays selectable).
 constexpr DqStrategy kDefaultDqStrategy = DqStrategy::atomic;
 
 // ---- fragments ----------------------------------------------------------------------------
