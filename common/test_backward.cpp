@@ -185,11 +185,8 @@ GPU_TEST_CASE("backward: several batch x heads") {
 }
 
 GPU_TEST_CASE("backward: len_q != len_kv, both ways") {
-    const std::vector<std::pair<int, int>> lengths{{1, 65},  {65, 1},   {17, 1000},
-                                                   {1000, 17}, {64, 127}, {127, 63},
-                                                   {200, 333}, {333, 200}};
     for_each_variant([&](int head_dim, bool causal) {
-        for (auto [len_q, len_kv] : lengths)
+        for (auto [len_q, len_kv] : unequal_lengths())
             if (fits(len_q, len_kv)) check_backward(make_shape(2, 2, len_q, len_kv, head_dim, causal));
     });
 }
@@ -203,12 +200,10 @@ GPU_TEST_CASE("backward: a long sequence, and a custom scale") {
     });
 }
 
-// The small edge shapes that `make sanitize` runs under compute-sanitizer.
+// Run by `make sanitize` under compute-sanitizer.
 GPU_TEST_CASE("sanitize: backward edge shapes") {
     for_each_variant([&](int head_dim, bool causal) {
-        check_backward(make_shape(1, 1, 1, 1, head_dim, causal));
-        check_backward(make_shape(1, 2, 65, 17, head_dim, causal));
-        check_backward(make_shape(2, 1, 17, 130, head_dim, causal));
+        for (const AttentionShape& shape : sanitize_shapes(head_dim, causal)) check_backward(shape);
     });
 }
 

@@ -89,10 +89,8 @@ GPU_TEST_CASE("forward: several batch x heads") {
 }
 
 GPU_TEST_CASE("forward: len_q != len_kv, both ways") {
-    const std::vector<std::pair<int, int>> lengths{{1, 65},  {65, 1},   {17, 1000},
-                                                   {1000, 17}, {64, 127}, {127, 63}};
     for_each_variant([&](int head_dim, bool causal) {
-        for (auto [len_q, len_kv] : lengths)
+        for (auto [len_q, len_kv] : unequal_lengths())
             check_forward(make_shape(2, 2, len_q, len_kv, head_dim, causal));
     });
 }
@@ -112,12 +110,10 @@ GPU_TEST_CASE("forward: lse may be null; a custom scale") {
     });
 }
 
-// The small edge shapes that `make sanitize` runs under compute-sanitizer.
+// Run by `make sanitize` under compute-sanitizer.
 GPU_TEST_CASE("sanitize: edge shapes") {
     for_each_variant([&](int head_dim, bool causal) {
-        check_forward(make_shape(1, 1, 1, 1, head_dim, causal));
-        check_forward(make_shape(1, 2, 65, 17, head_dim, causal));
-        check_forward(make_shape(2, 1, 17, 130, head_dim, causal));
+        for (const AttentionShape& shape : sanitize_shapes(head_dim, causal)) check_forward(shape);
     });
 }
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention.h"
@@ -21,6 +22,20 @@ inline double tolerance() { return sizeof(Element) == 4 ? 1e-5 : 1e-2; }
 inline const std::vector<int>& edge_lengths() {
     static const std::vector<int> lengths{1, 2, 17, 63, 64, 65, 127, 1000};
     return lengths;
+}
+
+// (len_q, len_kv) pairs with len_q != len_kv, both ways round, across tile edges.
+inline const std::vector<std::pair<int, int>>& unequal_lengths() {
+    static const std::vector<std::pair<int, int>> lengths{{1, 65},   {65, 1},   {17, 1000},
+                                                          {1000, 17}, {64, 127}, {127, 63},
+                                                          {200, 333}, {333, 200}};
+    return lengths;
+}
+
+// The small edge shapes that `make sanitize` runs under compute-sanitizer.
+inline std::vector<AttentionShape> sanitize_shapes(int head_dim, bool causal) {
+    return {make_shape(1, 1, 1, 1, head_dim, causal), make_shape(1, 2, 65, 17, head_dim, causal),
+            make_shape(2, 1, 17, 130, head_dim, causal)};
 }
 
 // Host inputs of a stage's element type, rounded the same way the device sees them.
