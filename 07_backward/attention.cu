@@ -4,7 +4,8 @@
 //      column sums of K (for the centred dQ, see convert_dq_kernel);
 //   2. one pass over KV tiles (DqStrategy::atomic, the default): one block per 128 keys walks
 //      every query tile, recomputes P from Q, K and LSE, forms dS, keeps dK and dV in
-//      registers and adds its share of dQ = dS K to an FP32 workspace with atomics ...
+//      registers and adds its share of dQ = dS K to an FP32 workspace (on Hopper through the
+//      copy engine's bulk reduction, cp.reduce.async.bulk; before it with atomics) ...
 //   3. ... which a last kernel centres, scales and rounds to bf16.
 // DqStrategy::second_kernel replaces 2 and 3 by a dK/dV kernel and a dQ kernel with the
 // opposite loop order, which recomputes S and dP: slower, but deterministic.
@@ -535,13 +536,13 @@ __device__ __forceinline__ void store_bf16x2(bf16* destination, float low, float
     *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(low, high);
 }
 
-// ---- backward 1: D = rowsum(dO * O), and a zeroed dQ accumulator ---------------------------
+// ---- backward 1: D = rowsum(dO * O) ---------------------------------------------------------
 constexpr int PRE_THREADS = 256;
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(PRE_THREADS)
 preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
-                  float* __restrict__ delta, float* __restrict__ dq_accum, int64_t rows) {
+                  float* __restrict__ delta, int64_t rows) {
     const int lane = threadIdx.x % 32;
     const int64_t warps = int64_t(gridDim.x) * (PRE_THREADS / 32);
     for (int64_t row = int64_t(blockIdx.x) * (PRE_THREADS / 32) + threadIdx.x / 32; row < rows;
@@ -554,7 +555,6 @@ preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
             const float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(o_row + d));
             const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(do_row + d));
             sum += o.x * g.x + o.y * g.y;
-            if (dq_accum) *reinterpret_cast<float2*>(dq_accum + row * HEAD_DIM + d) = {0.0f, 0.0f};
         }
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
@@ -763,6 +763,9 @@ dkdv_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* _
         __syncthreads();  // the next copies overwrite the buffers read above
     }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (lane == 0) bulk_wait<0>();  // the stage must outlive the copy engine's reads
+#endif
     // Keys past the end are not stored; keys no query sees (causal) get exact zeros.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -799,13 +802,19 @@ dkdv_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* 
 //   dV += P^T dO and dK += dS^T Q (128 x D): 4 x 2 warps, each 32 keys x D/2 dims, held in
 //   registers for the whole walk;
 //   dQ = dS K (64 x D): 2 x 4 warps, each 32 queries x D/4 dims, added to an FP32 accumulator
-//   in global memory with atomics (convert_dq_kernel rounds it at the end).
+//   in global memory (convert_dq_kernel rounds it at the end): on Hopper each warp stages its
+//   share in shared memory and hands it to the copy engine (cp.reduce.async.bulk), which adds
+//   it while the warp goes on; before Hopper, with atomics.
+// Q and dO are loaded two tiles ahead on Hopper (three stages), one tile ahead before it.
 // Per warp and tile that is 0.45 ldmatrix.x4 per mma, against 0.63 for the 16-keys-per-warp
 // kernel above, and five products instead of the second-kernel strategy's seven.
 // BLOCK_KV keys per block, BLOCK_Q queries per step, WARPS warps. S and dP have BLOCK_Q / 32
 // warps along the queries (32 each) and the rest along the keys; dK and dV BLOCK_KV / 32 along
 // the keys (32 each) and the rest along the head dim; dQ has S's warps along the queries and
 // the rest along the head dim.
+#ifndef ATTENTION_ONE_PASS_Q_STAGES
+#define ATTENTION_ONE_PASS_Q_STAGES 3
+#endif
 template <int HEAD_DIM_, int BLOCK_Q_, int BLOCK_KV_, int WARPS_>
 struct OnePassTiles {
     static constexpr int HEAD_DIM = HEAD_DIM_, BLOCK_Q = BLOCK_Q_, BLOCK_KV = BLOCK_KV_;
@@ -819,13 +828,34 @@ struct OnePassTiles {
     static constexpr int KV_TILE = BLOCK_KV * HEAD_DIM;
     static constexpr int Q_TILE = BLOCK_Q * HEAD_DIM;
     static constexpr int SCORE_TILE = BLOCK_Q * BLOCK_KV;
-    // K, V; two buffers each of Q and dO; P and dS; LSE and D, two buffers each. (The per-warp
-    // row sums of the exact D borrow P's space.) 113 KiB at D = 128 with 64 x 64 tiles: two
-    // blocks fit in an H100 SM's 228 KiB, its 1 KiB per block included.
-    static constexpr size_t SHARED_BYTES =
-        sizeof(bf16) * (2 * size_t(KV_TILE) + 4 * size_t(Q_TILE) + 2 * size_t(SCORE_TILE)) +
-        sizeof(float) * 4 * BLOCK_Q;
+    // Q and dO arrive Q_STAGES - 1 tiles ahead of their use (cp.async groups): three stages on
+    // Hopper, two before it, where shared memory is smaller.
+    static constexpr int HOPPER_Q_STAGES = ATTENTION_ONE_PASS_Q_STAGES, OLDER_Q_STAGES = 2;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    static constexpr int Q_STAGES = OLDER_Q_STAGES;
+#else
+    static constexpr int Q_STAGES = HOPPER_Q_STAGES;
+#endif
+    static_assert(HOPPER_Q_STAGES >= 2, "at least double buffering");
     static_assert(sizeof(float) * K_WARPS * BLOCK_Q <= sizeof(bf16) * SCORE_TILE, "row sums fit");
+    // dQ = dS K: each warp's 32 queries x DQ_DIMS dims, DQ_FRAGMENTS accumulator fragments of
+    // 4 floats per lane. The FP32 accumulator in global memory keeps them in that order: one
+    // chunk of BLOCK_Q x HEAD_DIM floats per (head, query tile), [warp][fragment][lane][4]
+    // inside it, so that a warp's share is DQ_WARP_FLOATS consecutive floats.
+    static constexpr int DQ_DIMS = HEAD_DIM / K_WARPS;
+    static constexpr int DQ_D_TILES = DQ_DIMS / 8;
+    static constexpr int DQ_FRAGMENTS = 2 * DQ_D_TILES;
+    static constexpr int DQ_WARP_FLOATS = DQ_FRAGMENTS * 32 * 4;
+    static_assert(DQ_WARP_FLOATS * WARPS == Q_TILE, "the warps' dQ shares tile the chunk");
+    // K, V; Q_STAGES buffers each of Q and dO; P and dS; LSE and D, two buffers each (the
+    // per-warp row sums of the exact D borrow P's space); on Hopper, where the block stages its
+    // dQ in shared memory for the copy engine (cp.reduce.async.bulk), one FP32 Q tile more.
+    // 225 KiB at D = 128 on Hopper (of the 227 a block may have), 161 KiB before it.
+    static constexpr size_t shared_bytes(bool hopper) {
+        return sizeof(bf16) * (2 * size_t(KV_TILE) + 2 * size_t(hopper ? HOPPER_Q_STAGES : OLDER_Q_STAGES) * Q_TILE +
+                               2 * size_t(SCORE_TILE)) +
+               sizeof(float) * 4 * BLOCK_Q + (hopper ? sizeof(float) * size_t(Q_TILE) : 0);
+    }
 };
 // The tilings the launcher uses; -DATTENTION_ONE_PASS_SMALL=1 builds the 4-warp, 64-key
 // alternative (two blocks per SM) that the chapter measures against them.
@@ -856,21 +886,24 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
     constexpr int Q_STEPS = BLOCK_Q / 16;      // k-steps of dV and dK (over the queries)
     constexpr int KV_STEPS = BLOCK_KV / 16;    // k-steps of dQ (over the keys)
     constexpr int KV_DIMS = HEAD_DIM / Tiles::DIM_WARPS;  // dims of dK and dV per warp
-    constexpr int DQ_DIMS = HEAD_DIM / K_WARPS;  // dims of dQ per warp
-    constexpr int KV_D_TILES = KV_DIMS / 8, DQ_D_TILES = DQ_DIMS / 8;
+    constexpr int DQ_DIMS = Tiles::DQ_DIMS;  // dims of dQ per warp
+    constexpr int KV_D_TILES = KV_DIMS / 8, DQ_D_TILES = Tiles::DQ_D_TILES;
     const float scale_log2 = scale * LOG2E;
 
     extern __shared__ __align__(128) unsigned char shared_raw[];
     bf16* k_tile = reinterpret_cast<bf16*>(shared_raw);
     bf16* v_tile = k_tile + Tiles::KV_TILE;
-    bf16* q_tiles = v_tile + Tiles::KV_TILE;        // two buffers
-    bf16* do_tiles = q_tiles + 2 * Tiles::Q_TILE;    // two buffers
-    bf16* p_tile = do_tiles + 2 * Tiles::Q_TILE;     // [query][key]
+    constexpr int Q_STAGES = Tiles::Q_STAGES;
+    bf16* q_tiles = v_tile + Tiles::KV_TILE;                 // Q_STAGES buffers
+    bf16* do_tiles = q_tiles + Q_STAGES * Tiles::Q_TILE;     // Q_STAGES buffers
+    bf16* p_tile = do_tiles + Q_STAGES * Tiles::Q_TILE;      // [query][key]
     bf16* ds_tile = p_tile + Tiles::SCORE_TILE;      // [query][key]
     float* lse_log2 = reinterpret_cast<float*>(ds_tile + Tiles::SCORE_TILE);  // two buffers
     float* delta_tiles = lse_log2 + 2 * BLOCK_Q;                              // two buffers
     // [K_WARPS][BLOCK_Q], exact D only: used before P is written, after the last tile's P is read.
     float* warp_sums = reinterpret_cast<float*>(p_tile);
+    // Hopper: this warp's dQ on its way to the accumulator (a Q tile of floats in all).
+    float* dq_stage = delta_tiles + 2 * BLOCK_Q + int(threadIdx.x) / 32 * Tiles::DQ_WARP_FLOATS;
 
     // Heads are the slow index, so the blocks in flight share the Q, dO and dQ of few heads.
     const int64_t head = int(blockIdx.x) / kv_blocks;
@@ -920,33 +953,39 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         }
     };
 
+    // Q and dO of a query tile into stage `stage`, as one cp.async group (an empty group past
+    // the last tile, so that every tile accounts for exactly one group).
+    auto load_query_tile = [&](int tile, int stage) {
+        if (tile < q_tile_count) {
+            load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(q_tiles + stage * Tiles::Q_TILE, q_head,
+                                                           tile * BLOCK_Q, len_q);
+            load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(do_tiles + stage * Tiles::Q_TILE, do_head,
+                                                           tile * BLOCK_Q, len_q);
+        }
+        cp_async_commit();
+    };
     if (first_tile < q_tile_count) {
         load_tile<BLOCK_KV, HEAD_DIM, Tiles::THREADS>(k_tile, K + head * len_kv * HEAD_DIM, k0, len_kv);
         load_tile<BLOCK_KV, HEAD_DIM, Tiles::THREADS>(v_tile, V + head * len_kv * HEAD_DIM, k0, len_kv);
-        load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(q_tiles, q_head, first_tile * BLOCK_Q, len_q);
-        load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(do_tiles, do_head, first_tile * BLOCK_Q, len_q);
-        cp_async_commit();
+        load_query_tile(first_tile, 0);  // the first group: K, V and the first Q and dO
+        for (int ahead = 1; ahead < Q_STAGES - 1; ++ahead) load_query_tile(first_tile + ahead, ahead);
         load_row_stats(first_tile);
         store_row_stats(0);
     }
 
+    int stage = 0;  // (tile - first_tile) % Q_STAGES
     for (int tile = first_tile; tile < q_tile_count; ++tile) {
-        const int buffer = (tile - first_tile) % 2;
-        // This tile's Q and dO have landed (the only group in flight); the barrier also tells
-        // that every warp is done with the last tile, so its buffers, P and dS may be rewritten.
-        cp_async_wait<0>();
+        const int buffer = (tile - first_tile) % 2;  // of LSE and D
+        // This tile's Q and dO have landed (the Q_STAGES - 2 newer groups may still be in
+        // flight); the barrier also tells that every warp is done with the last tile, so its
+        // stage, P and dS may be rewritten.
+        cp_async_wait<Q_STAGES - 2>();
         __syncthreads();
-        if (tile + 1 < q_tile_count) {
-            const int next = 1 - buffer;
-            load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(q_tiles + next * Tiles::Q_TILE, q_head,
-                                                           (tile + 1) * BLOCK_Q, len_q);
-            load_tile<BLOCK_Q, HEAD_DIM, Tiles::THREADS>(do_tiles + next * Tiles::Q_TILE, do_head,
-                                                           (tile + 1) * BLOCK_Q, len_q);
-            cp_async_commit();
-            load_row_stats(tile + 1);
-        }
-        const bf16* q_tile = q_tiles + buffer * Tiles::Q_TILE;
-        const bf16* do_tile = do_tiles + buffer * Tiles::Q_TILE;
+        load_query_tile(tile + Q_STAGES - 1, stage == 0 ? Q_STAGES - 1 : stage - 1);
+        if (tile + 1 < q_tile_count) load_row_stats(tile + 1);
+        const bf16* q_tile = q_tiles + stage * Tiles::Q_TILE;
+        const bf16* do_tile = do_tiles + stage * Tiles::Q_TILE;
+        stage = stage == Q_STAGES - 1 ? 0 : stage + 1;
         const float* tile_lse = lse_log2 + buffer * BLOCK_Q;
         float* tile_delta = delta_tiles + buffer * BLOCK_Q;
         const int q0 = tile * BLOCK_Q;
@@ -1025,14 +1064,17 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
             __syncthreads();
         }
         // dS = P (dP - D); its scale is applied once, to dK and dQ at the end. P and dS go to
-        // shared memory as bf16, and rowsum(dS) to the workspace, for the centred dQ.
+        // shared memory as bf16; rowsum(dS) goes to the workspace with the tile's dQ (below),
+        // for the centred dQ.
+        float ds_sums[2][2];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = s_q + mt * 16 + g + r * 8;
                 const float row_delta = tile_delta[row];
-                float sum = 0.0f;
+                float& sum = ds_sums[mt][r];
+                sum = 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < S_TILES; ++nt) {
                     const float* p = &s[mt][nt][2 * r];
@@ -1046,7 +1088,6 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                 }
                 sum += __shfl_xor_sync(0xffffffffu, sum, 1);
                 sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-                if (t == 0 && q0 + row < len_q) atomicAdd(ds_rowsum + head * len_q + q0 + row, sum);
             }
         __syncthreads();  // P and dS are complete
 
@@ -1095,28 +1136,54 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                 }
             }
         }
+        // This warp's share of the tile's chunk of the accumulator. Rows past len_q add zeros
+        // (their P is 0) to padding that convert_dq_kernel never reads.
+        float* dq_share = dq_accum + (head * q_tile_count + tile) * int64_t(Tiles::Q_TILE) +
+                          warp * Tiles::DQ_WARP_FLOATS;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        // Hopper: the warp writes its fragments to shared memory (conflict-free, 16 bytes per
+        // lane, lanes consecutive) and its lane 0 hands them to the copy engine, which adds
+        // them to the accumulator while the warp moves on; before rewriting the stage, lane 0
+        // waits until the copy engine has read the last tile's share.
+        if (lane == 0) bulk_wait_read<0>();
+        __syncwarp();
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < DQ_D_TILES; ++nt)
+                *reinterpret_cast<float4*>(dq_stage + ((mt * DQ_D_TILES + nt) * 32 + lane) * 4) =
+                    make_float4(dq_acc[mt][nt][0], dq_acc[mt][nt][1], dq_acc[mt][nt][2], dq_acc[mt][nt][3]);
+        fence_proxy_async_shared();
+        __syncwarp();
+        if (lane == 0) {
+            bulk_reduce_add_f32(dq_share, smem_address(dq_stage), Tiles::DQ_WARP_FLOATS * sizeof(float));
+            bulk_commit();
+        }
+#else
+        // Elsewhere: FP32 atomics, in the same order (each warp instruction adds 128
+        // consecutive bytes).
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < DQ_D_TILES; ++nt)
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    atomicAdd(dq_share + ((mt * DQ_D_TILES + nt) * 32 + lane) * 4 + i, dq_acc[mt][nt][i]);
+#endif
+        // After the hand-over above: its fence would otherwise wait for these atomics.
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                const int query = q0 + s_q + mt * 16 + g + r * 8;
-                if (query >= len_q) continue;
-                float* destination = dq_accum + (head * len_q + query) * HEAD_DIM + dq_d + 2 * t;
-#pragma unroll
-                for (int nt = 0; nt < DQ_D_TILES; ++nt) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-                    // Hopper adds two neighbouring floats in one atomic: half the instructions.
-                    atomicAdd(reinterpret_cast<float2*>(destination + nt * 8),
-                              make_float2(dq_acc[mt][nt][2 * r], dq_acc[mt][nt][2 * r + 1]));
-#else
-                    atomicAdd(destination + nt * 8, dq_acc[mt][nt][2 * r]);
-                    atomicAdd(destination + nt * 8 + 1, dq_acc[mt][nt][2 * r + 1]);
-#endif
-                }
+                const int row = q0 + s_q + mt * 16 + g + r * 8;
+                if (t == 0 && row < len_q) atomicAdd(ds_rowsum + head * len_q + row, ds_sums[mt][r]);
             }
         if (tile + 1 < q_tile_count) store_row_stats(1 - buffer);
     }
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (lane == 0) bulk_wait<0>();  // the stage must outlive the copy engine's reads
+#endif
     // Keys past the end are not stored; keys no query sees (causal) get exact zeros.
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
@@ -1140,22 +1207,41 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 // sum_j dS_ij = D_i(exact) - D_i(used) is zero in exact arithmetic. With D from the bf16 O it
 // is not, and its error times c = mean of K is the largest error in dQ at long lengths; so the
 // kernels keep sum_j dS_ij and this subtracts (sum_j dS_ij) mean(K): the centred form.
+// The accumulator is in the one-pass kernel's order (OnePassTiles): each thread takes one lane's
+// 4 floats of one fragment, i.e. 2 neighbouring dims of 2 rows 8 apart.
+template <class Tiles>
 __global__ void convert_dq_kernel(const float* __restrict__ dq_accum,
                                   const float* __restrict__ ds_rowsum,
                                   const float* __restrict__ key_sum, bf16* __restrict__ dQ,
-                                  int64_t count, int head_dim, int len_q, float inverse_len_kv,
+                                  int64_t fragments, int len_q, int q_tiles, float inverse_len_kv,
                                   float scale) {
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x * 4;
-    for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 4; i < count; i += stride) {
-        const int64_t row = i / head_dim;
-        const int d = int(i % head_dim);
+    constexpr int HEAD_DIM = Tiles::HEAD_DIM;
+    constexpr int CHUNK_FRAGMENTS = Tiles::Q_TILE / 4;  // float4s per (head, query tile)
+    for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < fragments;
+         f += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t chunk = f / CHUNK_FRAGMENTS;
+        const int within = int(f % CHUNK_FRAGMENTS);
+        const int warp = within / (Tiles::DQ_FRAGMENTS * 32);
+        const int fragment = within / 32 % Tiles::DQ_FRAGMENTS;
+        const int lane = within % 32;
+        const int mt = fragment / Tiles::DQ_D_TILES, nt = fragment % Tiles::DQ_D_TILES;
+        const int64_t head = chunk / q_tiles;
+        const int row0 = int(chunk % q_tiles) * Tiles::BLOCK_Q + (warp % Tiles::Q_WARPS) * 32 +
+                         mt * 16 + lane / 4;
+        const int d = (warp / Tiles::Q_WARPS) * Tiles::DQ_DIMS + nt * 8 + 2 * (lane % 4);
+        const float4 value = reinterpret_cast<const float4*>(dq_accum)[f];
+        const float2 sums = *reinterpret_cast<const float2*>(key_sum + head * HEAD_DIM + d);
         // rowsum(dS) * mean(K) = (rowsum(dS) / len_kv) * sum(K)
-        const float weight = ds_rowsum[row] * inverse_len_kv;
-        const float4 sums = *reinterpret_cast<const float4*>(key_sum + (row / len_q) * head_dim + d);
-        const float4 value = *reinterpret_cast<const float4*>(dq_accum + i);
-        store_bf16x2(dQ + i, (value.x - weight * sums.x) * scale, (value.y - weight * sums.y) * scale);
-        store_bf16x2(dQ + i + 2, (value.z - weight * sums.z) * scale,
-                     (value.w - weight * sums.w) * scale);
+        if (row0 < len_q) {
+            const float weight = ds_rowsum[head * len_q + row0] * inverse_len_kv;
+            store_bf16x2(dQ + (head * len_q + row0) * HEAD_DIM + d, (value.x - weight * sums.x) * scale,
+                         (value.y - weight * sums.y) * scale);
+        }
+        if (row0 + 8 < len_q) {
+            const float weight = ds_rowsum[head * len_q + row0 + 8] * inverse_len_kv;
+            store_bf16x2(dQ + (head * len_q + row0 + 8) * HEAD_DIM + d,
+                         (value.z - weight * sums.x) * scale, (value.w - weight * sums.y) * scale);
+        }
     }
 }
 
@@ -1373,6 +1459,7 @@ dkdv_dq_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 // per-slice partial sums, then, for the atomic strategy, the FP32 dQ accumulator.
 struct WorkspaceLayout {
     size_t delta = 0, ds_rowsum = 0, key_sum = 0, key_partial = 0, dq_accum = 0, total = 0;
+    size_t dq_accum_bytes = 0;
     WorkspaceLayout(const AttentionShape& shape, DqStrategy strategy) {
         auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
         const size_t row_bytes = rounded(size_t(shape.lse_elements()) * sizeof(float));
@@ -1382,8 +1469,11 @@ struct WorkspaceLayout {
         key_partial = key_sum + rounded(heads * shape.head_dim * sizeof(float));
         const size_t slices = size_t(ceil_div(shape.len_kv, KEY_SUM_ROWS));
         dq_accum = key_partial + rounded(heads * slices * shape.head_dim * sizeof(float));
-        total = dq_accum +
-                (strategy == DqStrategy::atomic ? size_t(shape.q_elements()) * sizeof(float) : 0);
+        // The accumulator: whole query tiles of the one-pass kernel, the last one padded.
+        const int block_q = shape.head_dim == 64 ? OnePassConfig<64>::BLOCK_Q : OnePassConfig<128>::BLOCK_Q;
+        const size_t accum_rows = heads * size_t(ceil_div(shape.len_q, block_q)) * block_q;
+        dq_accum_bytes = strategy == DqStrategy::atomic ? accum_rows * shape.head_dim * sizeof(float) : 0;
+        total = dq_accum + dq_accum_bytes;
     }
 };
 
@@ -1403,9 +1493,12 @@ void launch_backward(DqStrategy strategy, const bf16* q, const bf16* k, const bf
     const unsigned heads = unsigned(shape.batch * shape.heads);
     const int64_t rows = shape.lse_elements();
 
-    if (atomic) CUDA_CHECK(cudaMemsetAsync(ds_rowsum, 0, size_t(rows) * sizeof(float), stream));
+    if (atomic) {
+        CUDA_CHECK(cudaMemsetAsync(ds_rowsum, 0, size_t(rows) * sizeof(float), stream));
+        CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, layout.dq_accum_bytes, stream));
+    }
     const int pre_blocks = int(std::min<int64_t>((rows + 7) / 8, 65536));
-    preprocess_kernel<HEAD_DIM><<<pre_blocks, PRE_THREADS, 0, stream>>>(o, dout, delta, dq_accum, rows);
+    preprocess_kernel<HEAD_DIM><<<pre_blocks, PRE_THREADS, 0, stream>>>(o, dout, delta, rows);
     CUDA_CHECK(cudaGetLastError());
     const int slices = ceil_div(shape.len_kv, KEY_SUM_ROWS);
     float* key_partial = reinterpret_cast<float*>(base + layout.key_partial);
@@ -1417,7 +1510,11 @@ void launch_backward(DqStrategy strategy, const bf16* q, const bf16* k, const bf
 
     if (atomic) {
         using Config = OnePassConfig<HEAD_DIM>;
-        constexpr size_t bytes = Config::SHARED_BYTES;
+        int device = 0, major = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+        // Hopper and later: the kernel's sm_90 path (three Q stages, dQ staged for the copy engine).
+        const size_t bytes = Config::shared_bytes(major >= 9);
         CUDA_CHECK(cudaFuncSetAttribute(one_pass_backward_kernel<Config>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
         const int kv_blocks = ceil_div(shape.len_kv, Config::BLOCK_KV);
@@ -1427,11 +1524,11 @@ void launch_backward(DqStrategy strategy, const bf16* q, const bf16* k, const bf
             q, k, v, dout, lse, delta, dk, dv, dq_accum, ds_rowsum, shape.len_q, shape.len_kv,
             kv_blocks, scale, shape.causal);
         CUDA_CHECK(cudaGetLastError());
-        const int64_t count = shape.q_elements();
-        const int convert_blocks = int(std::min<int64_t>((count / 4 + 255) / 256, 65536));
-        convert_dq_kernel<<<convert_blocks, 256, 0, stream>>>(
-            dq_accum, ds_rowsum, key_sum, dq, count, HEAD_DIM, shape.len_q,
-            1.0f / float(shape.len_kv), scale);
+        const int64_t fragments = int64_t(layout.dq_accum_bytes / (4 * sizeof(float)));
+        const int convert_blocks = int(std::min<int64_t>((fragments + 255) / 256, 65536));
+        convert_dq_kernel<Config><<<convert_blocks, 256, 0, stream>>>(
+            dq_accum, ds_rowsum, key_sum, dq, fragments, shape.len_q,
+            ceil_div(shape.len_q, Config::BLOCK_Q), 1.0f / float(shape.len_kv), scale);
         CUDA_CHECK(cudaGetLastError());
         return;
     }

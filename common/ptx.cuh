@@ -76,6 +76,34 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// ---- bulk asynchronous copies (Hopper, sm_90) -------------------------------------------------
+// The copy engine adds `bytes` (a multiple of 16, both addresses 16-byte aligned) of FP32 from
+// shared memory into global memory, element by element, while the warps go on. The shared
+// memory must have been written before: each writing thread runs fence_proxy_async_shared()
+// (ordinary stores and the copy engine are different "proxies"), then a barrier, then one
+// thread issues the copy and commits it as a bulk group.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shared, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+                 ::"l"(global), "r"(shared), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups are still reading their shared memory
+// (which may then be rewritten) ...
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// ... or are still in flight at all.
+template <int N>
+__device__ __forceinline__ void bulk_wait() {
+    asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#endif
+
 // ---- register packing --------------------------------------------------------------------
 // Two floats rounded to bf16 in one 32-bit register, `low` in the low half: the order in which
 // mma reads two neighbouring columns of an A fragment.
