@@ -763,9 +763,6 @@ dkdv_block(const bf16* __restrict__ Q, const bf16* __restrict__ K, const bf16* _
         __syncthreads();  // the next copies overwrite the buffers read above
     }
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (lane == 0) bulk_wait<0>();  // the stage must outlive the copy engine's reads
-#endif
     // Keys past the end are not stored; keys no query sees (causal) get exact zeros.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1160,8 +1157,8 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
             bulk_commit();
         }
 #else
-        // Elsewhere: FP32 atomics, in the same order (each warp instruction adds 128
-        // consecutive bytes).
+        // Elsewhere: FP32 atomics, in the same order (the four instructions of a fragment
+        // together add 512 consecutive bytes).
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
