@@ -28,10 +28,6 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t 
 // Loads 8x8 bf16 matrices from shared memory into the fragment layout of mma: lanes 8i..8i+7
 // give the addresses of the 8 rows (16 bytes each) of matrix i; register i of lane l then
 // holds row l/4, columns 2(l%4) and 2(l%4)+1 of matrix i. .trans delivers the transpose.
-__device__ __forceinline__ void ldmatrix_x1(uint32_t& r0, uint32_t address) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r0) : "r"(address));
-}
 __device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, uint32_t address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
                  : "=r"(r0), "=r"(r1) : "r"(address));
@@ -39,10 +35,6 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, uint32_t
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
-}
-__device__ __forceinline__ void ldmatrix_x1_trans(uint32_t& r0, uint32_t address) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];\n"
-                 : "=r"(r0) : "r"(address));
 }
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, uint32_t address) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"

@@ -6,15 +6,21 @@
 
 #include "harness.h"
 
-namespace {
-
-// Keys a query row attends: j < visible_keys(i). Top-left causal alignment, as PyTorch's
-// is_causal: query i sees key j iff j <= i.
 int64_t visible_keys(const AttentionShape& shape, int64_t row) {
     return shape.causal ? std::min<int64_t>(row + 1, shape.len_kv) : shape.len_kv;
 }
 
-}  // namespace
+double scaled_scores(const float* q_row, const float* k_head, int64_t keys, int64_t head_dim,
+                     double scale, double* scores) {
+    double max_score = -INFINITY;
+    for (int64_t j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int64_t d = 0; d < head_dim; ++d) dot += double(q_row[d]) * double(k_head[j * head_dim + d]);
+        scores[j] = dot * scale;
+        max_score = std::max(max_score, scores[j]);
+    }
+    return max_score;
+}
 
 void reference_forward(const AttentionShape& shape, const float* q, const float* k,
                        const float* v, double* o, double* lse) {
@@ -28,13 +34,7 @@ void reference_forward(const AttentionShape& shape, const float* q, const float*
         const int64_t keys = visible_keys(shape, i);
 
         std::vector<double> scores(static_cast<size_t>(keys));
-        double max_score = -INFINITY;
-        for (int64_t j = 0; j < keys; ++j) {
-            double dot = 0;
-            for (int64_t d = 0; d < D; ++d) dot += double(q_row[d]) * double(k_head[j * D + d]);
-            scores[size_t(j)] = dot * scale;
-            max_score = std::max(max_score, scores[size_t(j)]);
-        }
+        const double max_score = scaled_scores(q_row, k_head, keys, D, scale, scores.data());
         double sum = 0;
         std::vector<double> accumulator(size_t(D), 0.0);
         for (int64_t j = 0; j < keys; ++j) {

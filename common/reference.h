@@ -3,9 +3,19 @@
 // arithmetic is measured.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "attention.h"
+
+// Keys query row `row` attends: j < visible_keys(shape, row). Top-left causal alignment, as
+// PyTorch's is_causal: query i sees key j iff j <= i.
+int64_t visible_keys(const AttentionShape& shape, int64_t row);
+
+// scores[j] = scale * (q_row . k_j) in FP64 for the first `keys` rows of k_head ([*, head_dim]);
+// returns their max (-inf when keys is 0). The first step of both FP64 references.
+double scaled_scores(const float* q_row, const float* k_head, int64_t keys, int64_t head_dim,
+                     double scale, double* scores);
 
 // o: [B, H, Lq, D]; lse: [B, H, Lq], natural log of the sum of exp of the scaled, masked scores.
 void reference_forward(const AttentionShape& shape, const float* q, const float* k,

@@ -34,15 +34,8 @@ void reference_backward(const AttentionShape& shape, const float* q, const float
         for (int64_t i = 0; i < Lq; ++i) {
             const float* q_row = q_head + i * D;
             const float* do_row = do_head + i * D;
-            const int64_t keys = shape.causal ? std::min<int64_t>(i + 1, Lk) : Lk;
-
-            double max_score = -INFINITY;
-            for (int64_t j = 0; j < keys; ++j) {
-                double dot = 0;
-                for (int64_t d = 0; d < D; ++d) dot += double(q_row[d]) * double(k_head[j * D + d]);
-                p[size_t(j)] = dot * scale;
-                max_score = std::max(max_score, p[size_t(j)]);
-            }
+            const int64_t keys = visible_keys(shape, i);
+            const double max_score = scaled_scores(q_row, k_head, keys, D, scale, p.data());
             double sum = 0;
             for (int64_t j = 0; j < keys; ++j) {
                 p[size_t(j)] = std::exp(p[size_t(j)] - max_score);
