@@ -1,5 +1,5 @@
 // Measures the ceilings declared in ceilings.h: a large cuBLAS BF16 GEMM, a large cuBLAS FP32
-// GEMM without TF32, and a device-to-device copy, on the current device.
+// GEMM without TF32, a device-to-device copy and back-to-back mma.sync, on the current device.
 #include "ceilings.h"
 
 #include <algorithm>
@@ -120,6 +120,56 @@ Ceiling measure_gemm(cublasHandle_t handle, cudaDataType_t type, const char* nam
     return {name, flops / (ms * 1e-3) / 1e12, "TFLOP/s", ms, method.str()};
 }
 
+// mma.sync.m16n8k16 (BF16 in, FP32 accumulation) issued back to back from registers: the most
+// the instruction of stages 05-07 delivers on this GPU, which on Hopper is below what cuBLAS's
+// GEMM reaches with wgmma. Each warp keeps kMmaChains independent accumulators in flight, so
+// that no mma waits for the previous one; kMmaWarps warps per SM, one block per SM.
+constexpr int kMmaWarps = 8;
+constexpr int kMmaChains = 16;
+constexpr int kMmaIterations = 16384;
+
+__global__ void __launch_bounds__(kMmaWarps * 32) mma_sync_kernel(float* sink, uint32_t seed) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    // Operands: bf16 pairs of normal-like magnitude from a hash, different in every lane, so
+    // that the tensor cores draw the power real data draws.
+    uint32_t a[4], b[2];
+    for (int i = 0; i < 6; ++i) {
+        const uint64_t bits = splitmix64(seed ^ (uint64_t(threadIdx.x) << 8) ^ uint64_t(i));
+        const uint32_t pair = (uint32_t(bits) & 0x807f807fu) | 0x3f003f00u;  // |x| in [0.5, 1)
+        if (i < 4) a[i] = pair; else b[i - 4] = pair;
+    }
+    float acc[kMmaChains][4] = {};
+    for (int iteration = 0; iteration < kMmaIterations; ++iteration) {
+#pragma unroll
+        for (int c = 0; c < kMmaChains; ++c)
+            asm volatile(
+                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                : "+f"(acc[c][0]), "+f"(acc[c][1]), "+f"(acc[c][2]), "+f"(acc[c][3])
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    }
+    float total = 0.0f;
+    for (int c = 0; c < kMmaChains; ++c) total += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
+    if (total == 1.0f) sink[0] = total;  // practically never: keeps the mma from being removed
+#endif
+}
+
+Ceiling measure_mma_sync() {
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    DeviceBuffer<float> sink(1);
+    const double ms = median_ms([&] {
+        mma_sync_kernel<<<sms, kMmaWarps * 32>>>(sink.data(), 7);
+        CUDA_CHECK_LAUNCH();
+    });
+    const double flops = 2.0 * 16 * 8 * 16 * double(kMmaChains) * kMmaIterations * kMmaWarps * sms;
+    std::ostringstream method;
+    method << "mma.sync.m16n8k16 bf16 with FP32 accumulation, back to back from registers: "
+           << kMmaWarps << " warps per SM, " << kMmaChains << " independent accumulators each";
+    return {"bf16_mma_sync", flops / (ms * 1e-3) / 1e12, "TFLOP/s", ms, method.str()};
+}
+
 Ceiling measure_copy() {
     size_t free_bytes = 0, total_bytes = 0;
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -165,6 +215,7 @@ Ceilings measure_ceilings() {
             measure_gemm<__nv_bfloat16>(handle, CUDA_R_16BF, "bf16_gemm", "bf16"));
         ceilings.entries.push_back(measure_gemm<float>(handle, CUDA_R_32F, "fp32_gemm", "fp32"));
         ceilings.entries.push_back(measure_copy());
+        ceilings.entries.push_back(measure_mma_sync());
     } catch (...) {
         cublasDestroy(handle);
         throw;

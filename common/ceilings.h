@@ -9,6 +9,8 @@
 //     bf16_gemm   TFLOP/s   cublasGemmEx, BF16 in and out, FP32 accumulation (tensor cores)
 //     fp32_gemm   TFLOP/s   cublasGemmEx, FP32 in and out, FP32 compute without TF32 (CUDA cores)
 //     copy        GB/s      cudaMemcpyAsync device to device, bytes read plus bytes written
+//     bf16_mma_sync TFLOP/s mma.sync.m16n8k16 BF16 (FP32 accumulation) back to back from
+//                           registers: the instruction of stages 05-07 without any data movement
 #pragma once
 
 #include <iosfwd>
@@ -16,7 +18,7 @@
 #include <vector>
 
 struct Ceiling {
-    std::string name;  // bf16_gemm | fp32_gemm | copy
+    std::string name;  // bf16_gemm | fp32_gemm | copy | bf16_mma_sync
     double value = 0;  // in `unit`
     std::string unit;  // TFLOP/s or GB/s
     double median_ms = 0;
@@ -34,7 +36,7 @@ struct Ceilings {
     double gemm_tflops_for(const std::string& dtype) const;
 };
 
-// Times the three ceilings on the current device (random data, warm-up, median of repeats).
+// Times the four ceilings on the current device (random data, warm-up, median of repeats).
 // Throws std::runtime_error on a CUDA or cuBLAS failure.
 Ceilings measure_ceilings();
 
