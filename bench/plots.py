@@ -683,8 +683,9 @@ def _roofline_rows(results: Results, pass_: str) -> list[Row]:
 
 
 def roofline(results: Results) -> dict[str, Figure]:
-    """Measured roofs (cuBLAS GEMM and mma.sync TFLOP/s, device copy GB/s) and every implementation at its
-    minimum-traffic arithmetic intensity, for the forward and the backward pass."""
+    """Measured roofs (cuBLAS GEMM and mma.sync TFLOP/s, device copy GB/s) and every
+    implementation at its minimum-traffic arithmetic intensity, for the forward and the backward
+    pass."""
     copy = results.ceiling("copy")
     peaks = [(n, results.ceiling(n)) for n in ("bf16_gemm", "bf16_mma_sync", "fp32_gemm")
              if results.ceiling(n)]

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <iomanip>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
@@ -20,6 +21,7 @@
 #include "cublas_check.h"
 #include "cuda_check.h"
 #include "harness.h"
+#include "ptx.cuh"
 
 namespace {
 
@@ -129,6 +131,7 @@ constexpr int kMmaChains = 16;
 constexpr int kMmaIterations = 16384;
 
 __global__ void __launch_bounds__(kMmaWarps * 32) mma_sync_kernel(float* sink, uint32_t seed) {
+// Empty when compiled for a GPU without BF16 mma.sync, where measure_mma_sync never launches it.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     // Operands: bf16 pairs of normal-like magnitude from a hash, different in every lane, so
     // that the tensor cores draw the power real data draws.
@@ -141,12 +144,7 @@ __global__ void __launch_bounds__(kMmaWarps * 32) mma_sync_kernel(float* sink, u
     float acc[kMmaChains][4] = {};
     for (int iteration = 0; iteration < kMmaIterations; ++iteration) {
 #pragma unroll
-        for (int c = 0; c < kMmaChains; ++c)
-            asm volatile(
-                "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                : "+f"(acc[c][0]), "+f"(acc[c][1]), "+f"(acc[c][2]), "+f"(acc[c][3])
-                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        for (int c = 0; c < kMmaChains; ++c) mma_m16n8k16_bf16(acc[c], a, b[0], b[1]);
     }
     float total = 0.0f;
     for (int c = 0; c < kMmaChains; ++c) total += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
@@ -154,9 +152,12 @@ __global__ void __launch_bounds__(kMmaWarps * 32) mma_sync_kernel(float* sink, u
 #endif
 }
 
-Ceiling measure_mma_sync() {
-    int device = 0, sms = 0;
+// Null where the GPU has no BF16 mma.sync (before compute capability 8.0).
+std::optional<Ceiling> measure_mma_sync() {
+    int device = 0, sms = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    if (major < 8) return std::nullopt;
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     DeviceBuffer<float> sink(1);
     const double ms = median_ms([&] {
@@ -167,7 +168,7 @@ Ceiling measure_mma_sync() {
     std::ostringstream method;
     method << "mma.sync.m16n8k16 bf16 with FP32 accumulation, back to back from registers: "
            << kMmaWarps << " warps per SM, " << kMmaChains << " independent accumulators each";
-    return {"bf16_mma_sync", flops / (ms * 1e-3) / 1e12, "TFLOP/s", ms, method.str()};
+    return Ceiling{"bf16_mma_sync", flops / (ms * 1e-3) / 1e12, "TFLOP/s", ms, method.str()};
 }
 
 Ceiling measure_copy() {
@@ -215,7 +216,7 @@ Ceilings measure_ceilings() {
             measure_gemm<__nv_bfloat16>(handle, CUDA_R_16BF, "bf16_gemm", "bf16"));
         ceilings.entries.push_back(measure_gemm<float>(handle, CUDA_R_32F, "fp32_gemm", "fp32"));
         ceilings.entries.push_back(measure_copy());
-        ceilings.entries.push_back(measure_mma_sync());
+        if (auto mma = measure_mma_sync()) ceilings.entries.push_back(*mma);
     } catch (...) {
         cublasDestroy(handle);
         throw;

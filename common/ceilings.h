@@ -36,7 +36,8 @@ struct Ceilings {
     double gemm_tflops_for(const std::string& dtype) const;
 };
 
-// Times the four ceilings on the current device (random data, warm-up, median of repeats).
+// Times the ceilings on the current device (random data, warm-up, median of repeats);
+// bf16_mma_sync only from compute capability 8.0 on.
 // Throws std::runtime_error on a CUDA or cuBLAS failure.
 Ceilings measure_ceilings();
 
