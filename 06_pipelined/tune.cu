@@ -2,8 +2,9 @@
 // checks that each gives the output of the launcher's choice. Not part of `make`: build with
 //   nvcc -std=c++17 -O3 -arch=native -Icommon -DATTENTION_DTYPE_BF16 -DATTENTION_NO_LAUNCHER \
 //        -Xptxas -v 06_pipelined/tune.cu common/validate.cpp common/cuda_check.cpp -o build/tune_06
-// and run build/tune_06 (`build/tune_06 quick`: only the launcher's tilings). Timing: CUDA events, 3 warm-up calls, median of 20; the inputs stay
-// in L2 where they fit (the shared benchmark driver is the reference for published numbers).
+// and run build/tune_06 (`build/tune_06 quick`: only the launcher's tilings). Timing: CUDA
+// events, 3 warm-up calls, median of 20; the inputs stay in L2 where they fit (the shared
+// benchmark driver is the reference for published numbers).
 // FLOPs: 4*B*H*Lq*Lk*D, halved when causal.
 #include "attention.cu"
 
