@@ -44,6 +44,10 @@ struct StageCapabilities {
     bool causal = true;
     bool backward = false;
     int alignment_bytes = 4;     // q, k, v, o (and dout, dq, dk, dv) must be aligned to this
+    // 0: runs on every GPU the build targets (compute capability 8.0 and newer). 90: the
+    // kernels use Hopper-only instructions (wgmma, setmaxnreg; built for sm_90a alone) and run
+    // only on a GPU of compute capability 9.0.
+    int compute_capability = 0;
 };
 
 // ---- defined by every stage -------------------------------------------------------------

@@ -459,6 +459,10 @@ struct Row {
 
 std::string unsupported_reason(const AttentionShape& shape, Pass pass,
                                const StageCapabilities& caps) {
+    if (caps.compute_capability != 0) {
+        const std::string unusable = gpu_unusable_reason(caps);
+        if (!unusable.empty()) return unusable;
+    }
     if (std::find(caps.head_dims.begin(), caps.head_dims.end(), shape.head_dim) ==
         caps.head_dims.end()) {
         std::string allowed;

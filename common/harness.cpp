@@ -17,6 +17,20 @@ bool gpu_available() {
     return available;
 }
 
+std::string gpu_unusable_reason(const StageCapabilities& caps) {
+    if (!gpu_available()) return "no GPU visible";
+    if (caps.compute_capability == 0) return "";
+    int device = 0;
+    cudaDeviceProp properties{};
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaGetDeviceProperties(&properties, device) != cudaSuccess)
+        return "the GPU's properties cannot be read";
+    const int found = properties.major * 10 + properties.minor;
+    if (found == caps.compute_capability) return "";
+    return "needs a Hopper GPU (sm_" + std::to_string(caps.compute_capability) + "), this is " +
+           properties.name + " (sm_" + std::to_string(found) + ")";
+}
+
 std::vector<float> random_inputs(size_t count, uint64_t seed, float mean) {
     std::vector<float> values(count);
     // One generator per chunk keeps large inputs fast to make and still reproducible.

@@ -15,6 +15,9 @@
 #include "cuda_check.h"
 
 bool gpu_available();
+// Why the stage's kernels cannot run here ("" when they can): no GPU visible, or a GPU of
+// another compute capability than the one the stage was built for.
+std::string gpu_unusable_reason(const StageCapabilities& caps);
 
 // Owns `count` elements of device memory.
 template <class T>

@@ -1,6 +1,9 @@
 # Every build rule of a stage. A stage's Makefile sets a few variables, then includes this:
 #   DTYPE       fp32 | bf16                 (element type of q, k, v, o)
 #   BACKWARD    1 when the stage defines attention_backward
+#   HOPPER      1 when the stage's kernels use sm_90a instructions (wgmma, setmaxnreg): its
+#               attention.cu is built for sm_90a alone, and any ptxas warning fails the build
+#               (a serialized wgmma or an ignored setmaxnreg would silently cost the speed)
 #   NVCC_EXTRA  extra nvcc flags of the stage (optional)
 #   SOURCE      the launcher's file (default: attention.cu beside the Makefile)
 #   STAGE       the name in reports (default: the folder's name)
@@ -25,6 +28,14 @@ else
   ARCH_FLAGS := $(foreach a,$(ARCH),-gencode arch=compute_$(subst sm_,,$(a)),code=$(a))
 endif
 
+# The stage's own file: the Hopper stages have code for sm_90a only (wgmma and setmaxnreg exist
+# in no other target); the shared harness keeps ARCH_FLAGS, so it runs on any GPU.
+ifeq ($(HOPPER),1)
+  STAGE_ARCH_FLAGS := -gencode arch=compute_90a,code=sm_90a
+else
+  STAGE_ARCH_FLAGS := $(ARCH_FLAGS)
+endif
+
 DEFINES := -DATTENTION_STAGE_NAME='"$(STAGE)"'
 ifeq ($(DTYPE),bf16)
   DEFINES += -DATTENTION_DTYPE_BF16
@@ -36,8 +47,9 @@ endif
 DOCTEST_DIR := $(firstword $(wildcard $(DOCTEST_INCLUDE) /usr/include $(ROOT)/.deps))
 DOCTEST_H   := $(wildcard $(DOCTEST_DIR)/doctest/doctest.h)
 
-NVCCFLAGS := -std=c++17 -O3 -lineinfo $(ARCH_FLAGS) -I$(COMMON) $(DEFINES) \
-             -Xcompiler -Wall,-Wextra -Xcudafe --display_error_number $(NVCC_EXTRA)
+BASE_FLAGS := -std=c++17 -O3 -lineinfo -I$(COMMON) $(DEFINES) \
+              -Xcompiler -Wall,-Wextra -Xcudafe --display_error_number $(NVCC_EXTRA)
+NVCCFLAGS  := $(BASE_FLAGS) $(ARCH_FLAGS)
 LDLIBS    := -lcublas
 
 COMMON_SOURCES := $(COMMON)/validate.cpp $(COMMON)/harness.cpp $(COMMON)/reference.cpp \
@@ -72,9 +84,11 @@ check-doctest:
 $(STAGE_OBJECT): $(SOURCE) $(wildcard $(COMMON)/*.h $(COMMON)/*.cuh) | check-nvcc
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(notdir $<) -> $@ (ptxas report in $(BUILD)/build.log)"
-	@$(NVCC) $(NVCCFLAGS) -Xptxas -v -c $< -o $@ > $(BUILD)/build.log 2>&1; status=$$?; \
+	@$(NVCC) $(BASE_FLAGS) $(STAGE_ARCH_FLAGS) -Xptxas -v -c $< -o $@ > $(BUILD)/build.log 2>&1; status=$$?; \
 	  grep -E "error|warning" $(BUILD)/build.log | grep -v "^ptxas info" >&2; \
-	  if [ $$status -ne 0 ]; then cat $(BUILD)/build.log >&2; exit $$status; fi
+	  if [ $$status -ne 0 ]; then cat $(BUILD)/build.log >&2; exit $$status; fi; \
+	  if [ "$(HOPPER)" = 1 ] && grep -q "warning" $(BUILD)/build.log; then rm -f $@; \
+	    echo "error: $(STAGE): a warning in the Hopper build (see above; a serialized wgmma or an ignored setmaxnreg makes the kernel slow)" >&2; exit 1; fi
 
 $(BUILD)/obj/test_%.o: $(STAGE_DIR)/test_%.cu $(wildcard $(COMMON)/*.h) | check-nvcc check-doctest
 	@mkdir -p $(dir $@)

@@ -25,7 +25,8 @@ public:
 
     void test_run_end(const doctest::TestRunStats& stats) override {
         for (const auto& name : skipped_)
-            out_ << "skipped (no GPU visible): " << name << "\n";
+            out_ << "skipped (" << gpu_unusable_reason(stage_capabilities()) << "): " << name
+                 << "\n";
         const int failed = int(stats.numTestCasesFailed);
         const int passed = int(stats.numTestCasesPassingFilters) - failed;
         const std::string line = std::to_string(passed) + " passed, " + std::to_string(failed) +
@@ -59,12 +60,13 @@ REGISTER_LISTENER("summary", 1, SummaryListener);
 
 int main(int argc, char** argv) {
     std::printf("== %s (%s): ", ATTENTION_STAGE_NAME, kElementName);
-    if (gpu_available()) {
+    const std::string unusable = gpu_unusable_reason(stage_capabilities());
+    if (unusable.empty()) {
         cudaDeviceProp properties{};
         CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
         std::printf("GPU cases run on %s\n", properties.name);
     } else {
-        std::printf("no GPU visible: GPU cases are skipped\n");
+        std::printf("%s: GPU cases are skipped\n", unusable.c_str());
     }
     std::fflush(stdout);
     doctest::Context context;

@@ -12,8 +12,10 @@
 #include "element.h"
 #include "harness.h"
 
-// A case that needs a GPU: reported as skipped, by name, where none is visible.
-#define GPU_TEST_CASE(name) TEST_CASE(name * doctest::skip(!gpu_available()))
+// A case that needs a GPU the stage can run on: reported as skipped, by name and with the
+// reason, where none is visible or the GPU is not the one the stage needs (08-11: Hopper).
+inline bool stage_gpu_usable() { return gpu_unusable_reason(stage_capabilities()).empty(); }
+#define GPU_TEST_CASE(name) TEST_CASE(name * doctest::skip(!stage_gpu_usable()))
 
 // FP32 stages within 1e-5 of the FP64 reference, BF16 stages within 1e-2 (relative L2).
 inline double tolerance() { return sizeof(Element) == 4 ? 1e-5 : 1e-2; }

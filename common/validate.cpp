@@ -1,5 +1,7 @@
 #include "validate.h"
 
+#include "harness.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -106,6 +108,14 @@ void validate_pointer(const char* field, const void* pointer, int alignment_byte
     }
 }
 
+// A stage built for one compute capability (the Hopper stages, sm_90a) refuses any other GPU
+// before it launches: its kernels have no code for it.
+void require_gpu(const StageCapabilities& caps) {
+    if (caps.compute_capability == 0) return;
+    const std::string unusable = gpu_unusable_reason(caps);
+    if (!unusable.empty()) throw std::runtime_error("attention: " + caps.name + " " + unusable);
+}
+
 void validate_forward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
                       const void* k, const void* v, const void* o, const void* lse) {
     validate_shape(shape, caps);
@@ -114,6 +124,7 @@ void validate_forward(const AttentionShape& shape, const StageCapabilities& caps
     validate_pointer("v", v, caps.alignment_bytes);
     validate_pointer("o", o, caps.alignment_bytes);
     validate_pointer("lse", lse, alignof(float), /*may_be_null=*/true);
+    require_gpu(caps);
 }
 
 void validate_backward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
@@ -131,6 +142,7 @@ void validate_backward(const AttentionShape& shape, const StageCapabilities& cap
     validate_pointer("dq", dq, caps.alignment_bytes);
     validate_pointer("dk", dk, caps.alignment_bytes);
     validate_pointer("dv", dv, caps.alignment_bytes);
+    require_gpu(caps);
 }
 
 void validate_workspace(size_t needed, size_t available) {
