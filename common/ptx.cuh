@@ -74,7 +74,9 @@ __device__ __forceinline__ void cp_async_wait() {
 // memory must have been written before: each writing thread runs fence_proxy_async_shared()
 // (ordinary stores and the copy engine are different "proxies"), then a barrier, then one
 // thread issues the copy and commits it as a bulk group.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// Declared in the host pass too (the kernels that call them are parsed there); absent from the
+// device code of GPUs before Hopper, which have no such instructions.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 __device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shared, uint32_t bytes) {
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                  ::"l"(global), "r"(shared), "r"(bytes) : "memory");
