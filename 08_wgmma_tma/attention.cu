@@ -94,6 +94,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
     int kv_tiles = ceil_div(len_kv, BLOCK_KV);
     if (causal) kv_tiles = min(kv_tiles, ceil_div(q_start + BLOCK_Q, BLOCK_KV));
 
+    // excerpt: tma-ring
     // One thread asks the copy engine for a K and a V tile: SLABS boxes of [BLOCK_KV][64] each,
     // all counted on the stage's barrier. Rows past len_kv arrive as zeros.
     auto load_kv = [&](int kv_tile) {
@@ -118,7 +119,9 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
             tma_load_3d(q_tile + slab * BLOCK_Q * 64, &q_map, slab * 64, q_start, head, &q_full);
         for (int kv_tile = 0; kv_tile < min(STAGES, kv_tiles); ++kv_tile) load_kv(kv_tile);
     }
+    // end excerpt
 
+    // excerpt: descriptors
     // Descriptors of the operands. Q and K are K-major (the head dim is contiguous): k-step
     // `step` is slab step / 4, 32 bytes further along each row per step inside it. V is read as
     // the MN-major B of O = P V: k-step `step` is keys 16 step .. 16 step + 15, 2048 bytes down;
@@ -135,6 +138,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
         return make_smem_descriptor(v_tiles + stage * SLABS * BLOCK_KV * 64 + step * 16 * 64,
                                     BLOCK_KV * SLAB_ROW_BYTES, 8 * SLAB_ROW_BYTES);
     };
+    // end excerpt
 
     float o_accumulator[HEAD_DIM / 2] = {};
     // Rows fragment_row ([0]) and fragment_row + 8 ([1]): m is the running max of the raw
@@ -145,6 +149,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
     const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
 
     mbarrier_wait(&q_full, 0);
+    // excerpt: s-wgmma
     for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
         const int stage = kv_tile % STAGES;
         const int kv_start = kv_tile * BLOCK_KV;
@@ -161,6 +166,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(s);
+    // end excerpt
 
         // Mask only where a tile can hold a masked score: past len_kv, or above the diagonal.
         const bool needs_mask =
@@ -218,6 +224,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
             o_accumulator[4 * d + 3] *= alpha[1];
         }
 
+        // excerpt: pv-wgmma
         // O += P V: P from registers, V through its MN-major descriptor.
         fence_registers(o_accumulator);
         wgmma_fence();
@@ -232,6 +239,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
         __syncthreads();
         if (threadIdx.x == 0 && kv_tile + STAGES < kv_tiles) load_kv(kv_tile + STAGES);
     }
+        // end excerpt
 
     // Finish l over the quad, normalize, store the rows that exist. LSE = m * scale + ln(l).
 #pragma unroll

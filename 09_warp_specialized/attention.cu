@@ -119,6 +119,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
     }
     __syncthreads();
 
+    // excerpt: producer
     if (warpgroup < 0) {
         // The producer: one thread walks the K/V tiles, waits until the stage it is about to
         // fill has been released by every consumer warp, and asks for the next tile. On the
@@ -147,6 +148,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+    // end excerpt
 
     // Descriptors of the operands. Q and K are K-major (the head dim is contiguous): k-step
     // `step` is slab step / 4, 32 bytes further along each row per step inside it. V is read as
@@ -177,6 +179,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
     for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
         const int stage = kv_tile % STAGES;
         const int kv_start = kv_tile * BLOCK_KV;
+        // excerpt: consumer-k
         // The stage is refilled every STAGES tiles: its barriers' phase parity flips each time.
         const uint32_t full_parity = (kv_tile / STAGES) % 2;
         mbarrier_wait(&k_full[stage], full_parity);
@@ -194,6 +197,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         // K_j has been read: one arrival per warp lets the producer refill it.
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&k_empty[stage]);
+        // end excerpt
 
         // Mask only where a tile can hold a masked score: past len_kv, or above the diagonal.
         const bool needs_mask =
@@ -290,6 +294,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         if (lse != nullptr && lane % 4 == 0 && row < len_q)
             lse[int64_t(head) * len_q + row] = m[r] * scale + logf(sum);
     }
+    // excerpt: store-o
     // The copy engine reads what ordinary stores wrote: fence, then the warpgroup's barrier
     // (named barrier 1 + warpgroup; 0 is __syncthreads), then one thread stores.
     fence_proxy_async_shared();
@@ -300,6 +305,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         bulk_commit();
         bulk_wait_read<0>();  // shared memory must outlive the copy's reads
     }
+    // end excerpt
 }
 
 // Heads per group of the grid, as in stage 06: all of them when their K and V fit in L2

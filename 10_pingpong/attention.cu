@@ -260,6 +260,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         __syncwarp();
         if (lane == 0) mbarrier_arrive(empty);
     };
+    // excerpt: turns
     // Ping-pong: the consumer warpgroups take turns at issuing their wgmma, so that while one
     // warpgroup's GEMMs run on the tensor cores the others compute their softmax. Warpgroup w
     // waits on named barrier TURN + w, which the warpgroup before it (w - 1, cyclically) arrives
@@ -267,6 +268,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     constexpr int TURN = 1 + Config::CONSUMERS;  // ids 1 .. CONSUMERS are the epilogue's
     auto wait_turn = [&] { named_barrier_sync(TURN + warpgroup, 256); };
     auto pass_turn = [&] { named_barrier_arrive(TURN + (warpgroup + 1) % Config::CONSUMERS, 256); };
+    // end excerpt
     auto parity = [](int kv_tile) { return uint32_t(kv_tile / STAGES % 2); };
 
     float s[BLOCK_KV / 2];
@@ -289,6 +291,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     softmax(s, alpha);
     pack_p(s);
 
+    // excerpt: overlap-loop
     // Tile j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} go to the tensor cores together; the
     // softmax of S_j runs while the second is still multiplying.
     for (int kv_tile = 1; kv_tile < kv_tiles; ++kv_tile) {
@@ -316,6 +319,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         rescale_o(alpha);
         pack_p(s);
     }
+    // end excerpt
 
     // The last O += P V. The last warpgroup passes no turn: nobody waits for it any more.
     const int last = (kv_tiles - 1) % STAGES;
