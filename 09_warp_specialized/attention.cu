@@ -190,7 +190,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < QK_STEPS; ++step)
-            Wgmma<BLOCK_KV>::template ss<0>(s, q_descriptor(step), k_descriptor(stage, step), step > 0);
+            Wgmma<BLOCK_KV>::template ss<0, 0>(s, q_descriptor(step), k_descriptor(stage, step), step > 0);
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(s);

@@ -248,7 +248,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     auto issue_s = [&](float (&s)[BLOCK_KV / 2], int stage) {
 #pragma unroll
         for (int step = 0; step < QK_STEPS; ++step)
-            Wgmma<BLOCK_KV>::template ss<0>(s, q_descriptor(step), k_descriptor(stage, step), step > 0);
+            Wgmma<BLOCK_KV>::template ss<0, 0>(s, q_descriptor(step), k_descriptor(stage, step), step > 0);
     };
     auto issue_pv = [&](int stage) {
 #pragma unroll

@@ -61,6 +61,15 @@ __device__ __forceinline__ void tma_load_3d(void* destination, const CUtensorMap
           "r"(smem_address(barrier))
         : "memory");
 }
+// The same for a one-dimensional tensor (stage 11's LSE and D rows).
+__device__ __forceinline__ void tma_load_1d(void* destination, const CUtensorMap* map, int c0,
+                                            uint64_t* barrier) {
+    asm volatile(
+        "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2}], [%3];\n"
+        ::"r"(smem_address(destination)), "l"(map), "r"(c0), "r"(smem_address(barrier))
+        : "memory");
+}
 // The reverse: a box of shared memory written to the tensor; only the part inside the tensor is
 // written. Shared memory written by ordinary stores needs fence_proxy_async_shared() in each
 // writing thread, then a barrier, before one thread issues this. Completion is tracked with
@@ -119,25 +128,26 @@ __device__ __forceinline__ void fence_registers(float (&values)[COUNT]) {
 // the four warps of a warpgroup together. Thread t holds rows 16 (t / 32) + (t % 32) / 4 and 8
 // more, columns 8i + 2 (t % 4) and one more, in registers 4i .. 4i + 3: the mma.sync accumulator
 // layout of a 16 x 8 tile, repeated N / 8 times. accumulate = 0 overwrites D.
-//   ss: A and B from shared memory through descriptors (A K-major).
+//   ss: A and B from shared memory through descriptors.
 //   rs: A from registers, 4 per thread in the mma.sync A-fragment layout of the warp's 16 rows.
+// TRANSPOSE_A = 0: A is K-major (stored 64 x 16); 1: MN-major (stored 16 x 64).
 // TRANSPOSE_B = 0: B is K-major (stored N x 16); 1: MN-major (stored 16 x N).
 template <int N>
 struct Wgmma;
 
 template <>
 struct Wgmma<64> {
-    template <int TRANSPOSE_B>
+    template <int TRANSPOSE_A, int TRANSPOSE_B>
     __device__ static void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-            "%32, %33, p, 1, 1, 0, %35;\n}\n"
+            "%32, %33, p, 1, 1, %35, %36;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
               "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
               "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
               "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_B));
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_A), "n"(TRANSPOSE_B));
     }
     template <int TRANSPOSE_B>
     __device__ static void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b, int accumulate) {
@@ -155,19 +165,19 @@ struct Wgmma<64> {
 
 template <>
 struct Wgmma<96> {
-    template <int TRANSPOSE_B>
+    template <int TRANSPOSE_A, int TRANSPOSE_B>
     __device__ static void ss(float (&d)[48], uint64_t a, uint64_t b, int accumulate) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %50, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, "
-            "%48, %49, p, 1, 1, 0, %51;\n}\n"
+            "%48, %49, p, 1, 1, %51, %52;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
               "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
               "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
               "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
               "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
               "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_B));
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_A), "n"(TRANSPOSE_B));
     }
     template <int TRANSPOSE_B>
     __device__ static void rs(float (&d)[48], const uint32_t (&a)[4], uint64_t b, int accumulate) {
@@ -187,12 +197,12 @@ struct Wgmma<96> {
 
 template <>
 struct Wgmma<128> {
-    template <int TRANSPOSE_B>
+    template <int TRANSPOSE_A, int TRANSPOSE_B>
     __device__ static void ss(float (&d)[64], uint64_t a, uint64_t b, int accumulate) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-            "%64, %65, p, 1, 1, 0, %67;\n}\n"
+            "%64, %65, p, 1, 1, %67, %68;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
               "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
               "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -201,7 +211,7 @@ struct Wgmma<128> {
               "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
               "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
               "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_B));
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_A), "n"(TRANSPOSE_B));
     }
     template <int TRANSPOSE_B>
     __device__ static void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b, int accumulate) {
@@ -223,12 +233,12 @@ struct Wgmma<128> {
 
 template <>
 struct Wgmma<176> {
-    template <int TRANSPOSE_B>
+    template <int TRANSPOSE_A, int TRANSPOSE_B>
     __device__ static void ss(float (&d)[88], uint64_t a, uint64_t b, int accumulate) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87}, "
-            "%88, %89, p, 1, 1, 0, %91;\n}\n"
+            "%88, %89, p, 1, 1, %91, %92;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
               "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
               "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -240,7 +250,7 @@ struct Wgmma<176> {
               "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
               "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
               "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
-            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_B));
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_A), "n"(TRANSPOSE_B));
     }
     template <int TRANSPOSE_B>
     __device__ static void rs(float (&d)[88], const uint32_t (&a)[4], uint64_t b, int accumulate) {
@@ -265,12 +275,12 @@ struct Wgmma<176> {
 
 template <>
 struct Wgmma<192> {
-    template <int TRANSPOSE_B>
+    template <int TRANSPOSE_A, int TRANSPOSE_B>
     __device__ static void ss(float (&d)[96], uint64_t a, uint64_t b, int accumulate) {
         asm volatile(
             "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
             "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
-            "%96, %97, p, 1, 1, 0, %99;\n}\n"
+            "%96, %97, p, 1, 1, %99, %100;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
               "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
               "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -283,7 +293,7 @@ struct Wgmma<192> {
               "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
               "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
               "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_B));
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_A), "n"(TRANSPOSE_B));
     }
     template <int TRANSPOSE_B>
     __device__ static void rs(float (&d)[96], const uint32_t (&a)[4], uint64_t b, int accumulate) {
