@@ -3,7 +3,7 @@
 
 STAGES    := 00_naive 01_fused_rowwise 02_tiled 03_online_softmax 04_warp_shuffle 05_mma_swizzle \
              06_pipelined 07_backward 08_wgmma_tma 09_warp_specialized \
-             10_pingpong
+             10_pingpong 11_hopper_backward
 BASELINES := bench/cublas_fp32 bench/cublas_bf16
 SUITES    := $(STAGES) $(BASELINES)
 JOBS      ?= $(shell nproc)

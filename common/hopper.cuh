@@ -61,13 +61,13 @@ __device__ __forceinline__ void tma_load_3d(void* destination, const CUtensorMap
           "r"(smem_address(barrier))
         : "memory");
 }
-// The same for a one-dimensional tensor (stage 11's LSE and D rows).
-__device__ __forceinline__ void tma_load_1d(void* destination, const CUtensorMap* map, int c0,
+// The same for a two-dimensional tensor (stage 11's LSE and D rows).
+__device__ __forceinline__ void tma_load_2d(void* destination, const CUtensorMap* map, int c0, int c1,
                                             uint64_t* barrier) {
     asm volatile(
-        "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes "
-        "[%0], [%1, {%2}], [%3];\n"
-        ::"r"(smem_address(destination)), "l"(map), "r"(c0), "r"(smem_address(barrier))
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        "[%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(smem_address(destination)), "l"(map), "r"(c0), "r"(c1), "r"(smem_address(barrier))
         : "memory");
 }
 // The reverse: a box of shared memory written to the tensor; only the part inside the tensor is

@@ -1,0 +1,1033 @@
+// Stage 11: the backward pass on Hopper. One block owns a tile of BLOCK_KV keys and walks the
+// query tiles that can see them. A producer warpgroup streams Q, dO, LSE and D through an
+// mbarrier ring by TMA; each of two consumer warpgroups owns 64 of the block's keys and, per
+// query tile, computes S^T = K Q^T and dP^T = V dO^T with wgmma from shared memory, P^T and
+// dS^T in registers, then dV += P^T dO and dK += dS^T Q with P^T and dS^T as the register
+// operand, and its share of dQ = dS K from a copy of dS^T in shared memory. dQ is summed in FP32
+// in device memory by the copy engine (cp.reduce.async.bulk), so no consumer ever waits for
+// another block; a last kernel scales it and rounds it to bf16. The forward that produces O and
+// LSE is stage 10's, verbatim (bench/check_forward_copy.py checks that it stays so).
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+
+#include "attention.h"
+#include "cuda_check.h"
+#include "hopper.cuh"
+#include "ptx.cuh"
+#include "validate.h"
+#include "workspace.h"
+
+namespace {
+
+// ---- forward: begin (stage 10's, verbatim) ------------------------------------------------
+using bf16 = __nv_bfloat16;
+
+// One kernel configuration. Warpgroup 0 is the producer; each consumer warpgroup owns 64 query
+// rows (wgmma's M). A tile of HEAD_DIM columns is stored as HEAD_DIM / 64 slabs of [rows][64]: a
+// 128-byte swizzled row holds 64 bf16, so wider heads take several slabs side by side.
+template <int HEAD_DIM_, int CONSUMERS_, int BLOCK_KV_, int STAGES_>
+struct Tiling {
+    static constexpr int HEAD_DIM = HEAD_DIM_;
+    static constexpr int CONSUMERS = CONSUMERS_;     // consumer warpgroups
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    static constexpr int BLOCK_Q = 64 * CONSUMERS;   // Br
+    static constexpr int BLOCK_KV = BLOCK_KV_;       // Bc
+    static constexpr int STAGES = STAGES_;           // K and V tiles in flight
+    static constexpr int SLABS = HEAD_DIM / 64;
+    // Registers per thread after setmaxnreg: the producer keeps few, the consumers take the
+    // rest of the 64K register file (multiples of 8; 128 x 24 + 256 x 240 = 64,512 with two
+    // consumers, 128 x 32 + 384 x 160 = 65,536 with three).
+    static constexpr int PRODUCER_REGISTERS = CONSUMERS == 2 ? 24 : 32;
+    static constexpr int CONSUMER_REGISTERS = CONSUMERS == 2 ? 240 : 160;
+    static constexpr uint32_t Q_BYTES = BLOCK_Q * HEAD_DIM * sizeof(bf16);
+    static constexpr uint32_t KV_BYTES = BLOCK_KV * HEAD_DIM * sizeof(bf16);
+    // + 1024: the tiles start on a 1024-byte boundary (the swizzle atom), rounded up in-kernel.
+    static constexpr size_t SHARED_BYTES = Q_BYTES + 2 * STAGES * size_t(KV_BYTES) + 1024;
+};
+
+// Tuned on the H100 (the lab notes have the alternatives): at D = 64 three consumers share each
+// K/V tile, so a tile feeds 192 query rows; at D = 128 the non-causal kernel takes 176 keys per
+// tile, and the causal one 128 (a wider tile wastes more of its work on the diagonal).
+using Tiling64 = Tiling<64, 3, 128, 2>;
+using Tiling128 = Tiling<128, 2, 176, 2>;
+using Tiling128Causal = Tiling<128, 2, 128, 2>;
+template <class Config>
+constexpr bool fits_register_file =
+    Config::PRODUCER_REGISTERS * 128 + Config::CONSUMER_REGISTERS * 128 * Config::CONSUMERS <= 65536;
+static_assert(fits_register_file<Tiling64> && fits_register_file<Tiling128> &&
+              fits_register_file<Tiling128Causal>);
+
+constexpr int MAX_LENGTH = 1 << 30;  // keeps every tile index and TMA coordinate inside int
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr unsigned FULL_MASK = 0xffffffffu;
+constexpr uint32_t SLAB_ROW_BYTES = 64 * sizeof(bf16);  // one swizzled row: 128 bytes
+
+__host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// One block: BLOCK_Q query rows of one (batch, head), the grid ordered as in stage 06 (heads in
+// L2-sized groups, the longest causal tiles first). The register cap of __launch_bounds__(..., 1)
+// is what lets setmaxnreg move registers between the warpgroups.
+template <class Config>
+__global__ void __launch_bounds__(Config::THREADS, 1)
+flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
+                                 const __grid_constant__ CUtensorMap k_map,
+                                 const __grid_constant__ CUtensorMap v_map,
+                                 const __grid_constant__ CUtensorMap o_map, float* __restrict__ lse,
+                                 int batch_heads, int group_heads, int len_q, int len_kv,
+                                 int q_tiles, float scale, bool causal) {
+    constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q;
+    constexpr int BLOCK_KV = Config::BLOCK_KV, STAGES = Config::STAGES, SLABS = Config::SLABS;
+    constexpr int QK_STEPS = HEAD_DIM / 16;  // k-steps of S = Q K^T (over the head dim)
+    constexpr int PV_STEPS = BLOCK_KV / 16;  // k-steps of O = P V (over the keys)
+
+    constexpr int CONSUMER_WARPS = 4 * Config::CONSUMERS;
+    __shared__ uint64_t q_full;            // Q has landed
+    __shared__ uint64_t k_full[STAGES];    // the stage's K tile has landed
+    __shared__ uint64_t v_full[STAGES];    // the stage's V tile has landed
+    __shared__ uint64_t k_empty[STAGES];   // every consumer warp is done with the stage's K
+    __shared__ uint64_t v_empty[STAGES];   // every consumer warp is done with the stage's V
+    extern __shared__ unsigned char dynamic_shared[];
+    bf16* q_tile = reinterpret_cast<bf16*>(
+        (reinterpret_cast<uintptr_t>(dynamic_shared) + 1023) & ~uintptr_t(1023));
+    bf16* k_tiles = q_tile + BLOCK_Q * HEAD_DIM;             // [STAGES][SLABS][BLOCK_KV][64]
+    bf16* v_tiles = k_tiles + STAGES * BLOCK_KV * HEAD_DIM;  // [STAGES][SLABS][BLOCK_KV][64]
+
+    const int group_blocks = group_heads * q_tiles;
+    const int group = int(blockIdx.x) / group_blocks;
+    const int first_head = group * group_heads;
+    const int heads_in_group = min(group_heads, batch_heads - first_head);
+    const int rank = int(blockIdx.x) - group * group_blocks;
+    const int q_block = q_tiles - 1 - rank / heads_in_group;
+    const int head = first_head + rank % heads_in_group;
+    const int q_start = q_block * BLOCK_Q;
+    const int warpgroup = int(threadIdx.x) / 128 - 1;  // -1: the producer; 0, 1: consumers
+    const int warp = int(threadIdx.x) % 128 / 32;       // inside the warpgroup
+    const int lane = int(threadIdx.x) % 32;
+    // wgmma accumulators: this thread holds rows fragment_row and fragment_row + 8 of its warp's
+    // 16, columns 8i + fragment_column and one more.
+    const int fragment_row = lane / 4;
+    const int fragment_column = 2 * (lane % 4);
+    const int warpgroup_row = warpgroup * 64;  // first row of this warpgroup inside the tile
+
+    int kv_tiles = ceil_div(len_kv, BLOCK_KV);
+    if (causal) kv_tiles = min(kv_tiles, ceil_div(q_start + BLOCK_Q, BLOCK_KV));
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(&q_full, 1);
+        for (int stage = 0; stage < STAGES; ++stage) {
+            mbarrier_init(&k_full[stage], 1);
+            mbarrier_init(&v_full[stage], 1);
+            mbarrier_init(&k_empty[stage], CONSUMER_WARPS);
+            mbarrier_init(&v_empty[stage], CONSUMER_WARPS);
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (warpgroup < 0) {
+        // The producer: one thread walks the K/V tiles, waits until the stage it is about to
+        // fill has been released by every consumer warp, and asks for the next tile. On the
+        // first pass through the ring the stages are free: waiting on the parity of the phase
+        // before the first one returns at once.
+        setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
+        if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(&q_full, Config::Q_BYTES);
+            for (int slab = 0; slab < SLABS; ++slab)
+                tma_load_3d(q_tile + slab * BLOCK_Q * 64, &q_map, slab * 64, q_start, head, &q_full);
+            for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
+                const int stage = kv_tile % STAGES;
+                const uint32_t free_parity = (kv_tile / STAGES + 1) % 2;
+                mbarrier_wait(&k_empty[stage], free_parity);
+                mbarrier_arrive_expect_tx(&k_full[stage], Config::KV_BYTES);
+                for (int slab = 0; slab < SLABS; ++slab)
+                    tma_load_3d(k_tiles + (stage * SLABS + slab) * BLOCK_KV * 64, &k_map, slab * 64,
+                                kv_tile * BLOCK_KV, head, &k_full[stage]);
+                mbarrier_wait(&v_empty[stage], free_parity);
+                mbarrier_arrive_expect_tx(&v_full[stage], Config::KV_BYTES);
+                for (int slab = 0; slab < SLABS; ++slab)
+                    tma_load_3d(v_tiles + (stage * SLABS + slab) * BLOCK_KV * 64, &v_map, slab * 64,
+                                kv_tile * BLOCK_KV, head, &v_full[stage]);
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+
+    // Descriptors of the operands. Q and K are K-major (the head dim is contiguous): k-step
+    // `step` is slab step / 4, 32 bytes further along each row per step inside it. V is read as
+    // the MN-major B of O = P V: k-step `step` is keys 16 step .. 16 step + 15, 2048 bytes down;
+    // the slabs of its head dim are BLOCK_KV rows apart.
+    auto q_descriptor = [&](int step) {
+        return make_smem_descriptor(q_tile + (step / 4) * BLOCK_Q * 64 + warpgroup_row * 64 +
+                                        (step % 4) * 16, 16, 8 * SLAB_ROW_BYTES);
+    };
+    auto k_descriptor = [&](int stage, int step) {
+        return make_smem_descriptor(k_tiles + (stage * SLABS + step / 4) * BLOCK_KV * 64 + (step % 4) * 16,
+                                    16, 8 * SLAB_ROW_BYTES);
+    };
+    auto v_descriptor = [&](int stage, int step) {
+        return make_smem_descriptor(v_tiles + stage * SLABS * BLOCK_KV * 64 + step * 16 * 64,
+                                    BLOCK_KV * SLAB_ROW_BYTES, 8 * SLAB_ROW_BYTES);
+    };
+
+    // Masks the scores a tile can hide: past len_kv, or above the diagonal.
+    auto mask = [&](float (&s)[BLOCK_KV / 2], int kv_start) {
+        if (kv_start + BLOCK_KV <= len_kv && !(causal && kv_start + BLOCK_KV - 1 > q_start + warpgroup_row))
+            return;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int row = q_start + warpgroup_row + warp * 16 + fragment_row + r * 8;
+            const int visible = (causal ? min(len_kv, row + 1) : len_kv) - kv_start - fragment_column;
+#pragma unroll
+            for (int n = 0; n < BLOCK_KV / 8; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    if (n * 8 + i >= visible) s[4 * n + 2 * r + i] = -INFINITY;
+        }
+    };
+
+    float o_accumulator[HEAD_DIM / 2] = {};
+    // Rows fragment_row ([0]) and fragment_row + 8 ([1]): m is the running max of the raw
+    // scores, l this thread's share of the running sum (its columns only), summed over the quad
+    // of threads that share the row once at the end.
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.0f, 0.0f};
+    const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
+
+    // Online softmax in FP32, in place: S becomes exp(scale * (S - m_new)); alpha is the factor
+    // that moves O and l from the old running max to the new one.
+    auto softmax = [&](float (&s)[BLOCK_KV / 2], float (&alpha)[2]) {
+        float m_new[2] = {m[0], m[1]};
+#pragma unroll
+        for (int n = 0; n < BLOCK_KV / 8; ++n) {
+            m_new[0] = fmaxf(m_new[0], fmaxf(s[4 * n + 0], s[4 * n + 1]));
+            m_new[1] = fmaxf(m_new[1], fmaxf(s[4 * n + 2], s[4 * n + 3]));
+        }
+        float max_offset[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(FULL_MASK, m_new[r], 1));
+            m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(FULL_MASK, m_new[r], 2));
+            // A row with no visible key yet keeps max -inf: use 0, so no inf - inf.
+            max_offset[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
+            alpha[r] = fast_exp2(m[r] * scale_log2 - max_offset[r]);
+            m[r] = m_new[r];
+            l[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int n = 0; n < BLOCK_KV / 8; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                s[4 * n + i] = fast_exp2(fmaf(s[4 * n + i], scale_log2, -max_offset[i / 2]));
+                l[i / 2] += s[4 * n + i];
+            }
+    };
+    // P as bf16 A fragments: the accumulators of 8-column tiles 2k and 2k+1 are exactly the A
+    // fragment of k-step k.
+    uint32_t p[PV_STEPS][4];
+    auto pack_p = [&](const float (&s)[BLOCK_KV / 2]) {
+#pragma unroll
+        for (int n = 0; n < BLOCK_KV / 8; ++n) {
+            p[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(s[4 * n + 0], s[4 * n + 1]);
+            p[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
+        }
+    };
+    auto rescale_o = [&](const float (&alpha)[2]) {
+#pragma unroll
+        for (int d = 0; d < HEAD_DIM / 8; ++d) {
+            o_accumulator[4 * d + 0] *= alpha[0];
+            o_accumulator[4 * d + 1] *= alpha[0];
+            o_accumulator[4 * d + 2] *= alpha[1];
+            o_accumulator[4 * d + 3] *= alpha[1];
+        }
+    };
+
+    // S = Q K^T and O += P V, issued without waiting (the caller fences and commits).
+    auto issue_s = [&](float (&s)[BLOCK_KV / 2], int stage) {
+#pragma unroll
+        for (int step = 0; step < QK_STEPS; ++step)
+            Wgmma<BLOCK_KV>::template ss<0, 0>(s, q_descriptor(step), k_descriptor(stage, step), step > 0);
+    };
+    auto issue_pv = [&](int stage) {
+#pragma unroll
+        for (int step = 0; step < PV_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(o_accumulator, p[step], v_descriptor(stage, step), 1);
+    };
+    // One arrival per warp tells the producer that the stage's K (or V) may be refilled.
+    auto release = [&](uint64_t* empty) {
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(empty);
+    };
+    // excerpt: turns
+    // Ping-pong: the consumer warpgroups take turns at issuing their wgmma, so that while one
+    // warpgroup's GEMMs run on the tensor cores the others compute their softmax. Warpgroup w
+    // waits on named barrier TURN + w, which the warpgroup before it (w - 1, cyclically) arrives
+    // at once it has issued. 256 threads: the 128 that wait and the 128 that arrive.
+    constexpr int TURN = 1 + Config::CONSUMERS;  // ids 1 .. CONSUMERS are the epilogue's
+    auto wait_turn = [&] { named_barrier_sync(TURN + warpgroup, 256); };
+    auto pass_turn = [&] { named_barrier_arrive(TURN + (warpgroup + 1) % Config::CONSUMERS, 256); };
+    // end excerpt
+    auto parity = [](int kv_tile) { return uint32_t(kv_tile / STAGES % 2); };
+
+    float s[BLOCK_KV / 2];
+    float alpha[2];
+    mbarrier_wait(&q_full, 0);
+    if (warpgroup == Config::CONSUMERS - 1) pass_turn();  // warpgroup 0 goes first
+
+    // Tile 0: S_0 alone, then its softmax (O is still zero: nothing to rescale).
+    mbarrier_wait(&k_full[0], 0);
+    wait_turn();
+    fence_registers(s);
+    wgmma_fence();
+    issue_s(s, 0);
+    wgmma_commit();
+    pass_turn();
+    wgmma_wait<0>();
+    fence_registers(s);
+    release(&k_empty[0]);
+    mask(s, 0);
+    softmax(s, alpha);
+    pack_p(s);
+
+    // excerpt: overlap-loop
+    // Tile j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} go to the tensor cores together; the
+    // softmax of S_j runs while the second is still multiplying.
+    for (int kv_tile = 1; kv_tile < kv_tiles; ++kv_tile) {
+        const int stage = kv_tile % STAGES;
+        const int previous = (kv_tile - 1) % STAGES;
+        mbarrier_wait(&k_full[stage], parity(kv_tile));
+        mbarrier_wait(&v_full[previous], parity(kv_tile - 1));
+        wait_turn();
+        fence_registers(s);
+        fence_registers(o_accumulator);
+        wgmma_fence();
+        issue_s(s, stage);
+        wgmma_commit();
+        issue_pv(previous);
+        wgmma_commit();
+        pass_turn();
+        wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+        fence_registers(s);
+        release(&k_empty[stage]);
+        mask(s, kv_tile * BLOCK_KV);
+        softmax(s, alpha);
+        wgmma_wait<0>();
+        fence_registers(o_accumulator);
+        release(&v_empty[previous]);
+        rescale_o(alpha);
+        pack_p(s);
+    }
+    // end excerpt
+
+    // The last O += P V. The last warpgroup passes no turn: nobody waits for it any more.
+    const int last = (kv_tiles - 1) % STAGES;
+    mbarrier_wait(&v_full[last], parity(kv_tiles - 1));
+    wait_turn();
+    fence_registers(o_accumulator);
+    wgmma_fence();
+    issue_pv(last);
+    wgmma_commit();
+    if (warpgroup != Config::CONSUMERS - 1) pass_turn();
+    wgmma_wait<0>();
+    fence_registers(o_accumulator);
+    release(&v_empty[last]);
+
+    // Finish l over the quad and normalize. O goes through shared memory: the warpgroup's rows
+    // of the Q tile (its last S = Q K^T has completed) take O in the same swizzled layout, and
+    // one thread stores them with TMA, which writes only the rows inside the tensor.
+    // LSE = m * scale + ln(l) goes straight from registers.
+    bf16* o_tile = q_tile + warpgroup_row * 64;  // slab s of the warpgroup's rows: + s * BLOCK_Q * 64
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float sum = l[r];
+        sum += __shfl_xor_sync(FULL_MASK, sum, 1);
+        sum += __shfl_xor_sync(FULL_MASK, sum, 2);
+        const float inverse_sum = 1.0f / sum;
+        const int tile_row = warp * 16 + fragment_row + r * 8;  // inside the warpgroup's 64
+#pragma unroll
+        for (int d = 0; d < HEAD_DIM / 8; ++d) {
+            // Column 8d + fragment_column: 16-byte chunk d % 8 of slab d / 8, moved by the swizzle.
+            const int chunk = (d % 8) ^ (tile_row % 8);
+            *reinterpret_cast<__nv_bfloat162*>(o_tile + (d / 8) * BLOCK_Q * 64 + tile_row * 64 +
+                                               chunk * 8 + fragment_column) =
+                __floats2bfloat162_rn(o_accumulator[4 * d + 2 * r] * inverse_sum,
+                                      o_accumulator[4 * d + 2 * r + 1] * inverse_sum);
+        }
+        const int row = q_start + warpgroup_row + tile_row;
+        if (lse != nullptr && lane % 4 == 0 && row < len_q)
+            lse[int64_t(head) * len_q + row] = m[r] * scale + logf(sum);
+    }
+    // The copy engine reads what ordinary stores wrote: fence, then the warpgroup's barrier
+    // (named barrier 1 + warpgroup; 0 is __syncthreads), then one thread stores.
+    fence_proxy_async_shared();
+    named_barrier_sync(1 + warpgroup, 128);
+    if (threadIdx.x % 128 == 0) {
+        for (int slab = 0; slab < SLABS; ++slab)
+            tma_store_3d(&o_map, o_tile + slab * BLOCK_Q * 64, slab * 64, q_start + warpgroup_row, head);
+        bulk_commit();
+        bulk_wait_read<0>();  // shared memory must outlive the copy's reads
+    }
+}
+
+// Heads per group of the grid, as in stage 06: all of them when their K and V fit in L2
+// together, else as many as fill half of it.
+int heads_per_l2_group(const AttentionShape& shape) {
+    int device = 0, l2_bytes = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    const int64_t heads = int64_t(shape.batch) * shape.heads;
+    const int64_t kv_bytes = 2 * int64_t(shape.len_kv) * shape.head_dim * int64_t(sizeof(bf16));
+    if (heads * kv_bytes <= l2_bytes) return int(heads);
+    return int(std::clamp<int64_t>(l2_bytes / 2 / kv_bytes, 1, heads));
+}
+
+// The driver's tensor-map encoder, looked up through the runtime so that the stage links
+// without libcuda (CI builds it on machines without a driver).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void* function = nullptr;
+        cudaDriverEntryPointQueryResult found{};
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                                    cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || function == nullptr)
+            throw std::runtime_error("attention: the driver has no cuTensorMapEncodeTiled");
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+    }();
+    return encode;
+}
+
+// A [batch * heads][len][head_dim] bf16 tensor seen as 3-D (head_dim fastest), read in boxes of
+// [box_rows][64] with the 128-byte swizzle. Rows past len (and heads past the last) are outside
+// the tensor: TMA fills them with zeros instead of reading the next head.
+CUtensorMap make_tensor_map(const bf16* tensor, int64_t batch_heads, int len, int head_dim, int box_rows) {
+    CUtensorMap map{};
+    const cuuint64_t dims[3] = {cuuint64_t(head_dim), cuuint64_t(len), cuuint64_t(batch_heads)};
+    const cuuint64_t strides[2] = {cuuint64_t(head_dim) * sizeof(bf16),
+                                   cuuint64_t(len) * head_dim * sizeof(bf16)};
+    const cuuint32_t box[3] = {64, cuuint32_t(box_rows), 1};
+    const cuuint32_t element_strides[3] = {1, 1, 1};
+    const CUresult result = tensor_map_encoder()(
+        &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, const_cast<bf16*>(tensor), dims, strides, box,
+        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS)
+        throw std::runtime_error("attention: cuTensorMapEncodeTiled failed with CUresult " +
+                                 std::to_string(int(result)));
+    return map;
+}
+
+template <class Config>
+void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
+            const AttentionShape& shape, cudaStream_t stream) {
+    const int batch_heads = shape.batch * shape.heads;
+    const int q_tiles = ceil_div(shape.len_q, Config::BLOCK_Q);
+    const int64_t blocks = int64_t(q_tiles) * batch_heads;
+    if (blocks > INT_MAX)
+        throw std::invalid_argument("attention: batch * heads * ceil(len_q / " +
+                                    std::to_string(Config::BLOCK_Q) + ") = " +
+                                    std::to_string(blocks) +
+                                    " is not allowed: must be at most 2^31 - 1");
+    const CUtensorMap q_map = make_tensor_map(q, batch_heads, shape.len_q, Config::HEAD_DIM, Config::BLOCK_Q);
+    const CUtensorMap k_map = make_tensor_map(k, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
+    const CUtensorMap v_map = make_tensor_map(v, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
+    const CUtensorMap o_map = make_tensor_map(o, batch_heads, shape.len_q, Config::HEAD_DIM, 64);
+    auto kernel = flash_forward_pingpong_kernel<Config>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(Config::SHARED_BYTES)));
+    kernel<<<unsigned(blocks), Config::THREADS, Config::SHARED_BYTES, stream>>>(
+        q_map, k_map, v_map, o_map, lse, batch_heads, heads_per_l2_group(shape), shape.len_q,
+        shape.len_kv, q_tiles, shape.softmax_scale(), shape.causal);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- forward: end ---------------------------------------------------------------------------
+
+// ---- backward ------------------------------------------------------------------------------
+// With S = scale Q K^T, P = exp(S - LSE), dP = dO V^T and D = rowsum(dO * O) = rowsum(P * dP):
+//   dS = P * (dP - D),   dV = P^T dO,   dK = scale dS^T Q,   dQ = scale dS K.
+// The block keeps its keys' dK and dV in registers for the whole walk; dQ of a query tile gets
+// a contribution from every block whose keys it sees, so it is added up in device memory.
+
+// One configuration. Two consumer warpgroups own 64 keys each (wgmma's M); a query tile is
+// BLOCK_Q = 64 rows. Shared memory: K and V of the block, STAGES of Q, dO, LSE and D, one
+// dS^T tile per consumer and one FP32 dQ staging tile per consumer.
+template <int HEAD_DIM_>
+struct BackwardTiling {
+    static constexpr int HEAD_DIM = HEAD_DIM_;
+    static constexpr int CONSUMERS = 2;
+    static constexpr int THREADS = 128 * (1 + CONSUMERS);
+    static constexpr int BLOCK_KV = 64 * CONSUMERS;  // Bc
+    static constexpr int BLOCK_Q = 64;               // Br
+    static constexpr int STAGES = 2;
+    static constexpr int SLABS = HEAD_DIM / 64;
+    static constexpr int PRODUCER_REGISTERS = 24;
+    static constexpr int CONSUMER_REGISTERS = 240;
+    static constexpr uint32_t KV_BYTES = BLOCK_KV * HEAD_DIM * sizeof(bf16);
+    static constexpr uint32_t Q_BYTES = BLOCK_Q * HEAD_DIM * sizeof(bf16);
+    static constexpr uint32_t ROW_BYTES = BLOCK_Q * sizeof(float);      // 64 LSE or D values
+    // dQ = dS K. At D = 128 each consumer computes 64 of the 128 columns over all the block's
+    // keys (so the two halves of dS^T are shared, double-buffered, and the block adds one dQ
+    // block per query tile); at D = 64 each computes all 64 columns over its own keys and both
+    // add their parts.
+    static constexpr bool SPLIT_COLUMNS = HEAD_DIM == 128;
+    static constexpr int DQ_COLUMNS = SPLIT_COLUMNS ? HEAD_DIM / CONSUMERS : HEAD_DIM;
+    static constexpr uint32_t DS_BYTES = BLOCK_KV * BLOCK_Q * sizeof(bf16);     // both halves of dS^T
+    static constexpr uint32_t DQ_BYTES = BLOCK_Q * DQ_COLUMNS * sizeof(float);  // one consumer's dQ
+    // Offsets from the 1024-byte aligned base.
+    static constexpr size_t K_OFFSET = 0;
+    static constexpr size_t V_OFFSET = K_OFFSET + KV_BYTES;
+    static constexpr size_t Q_OFFSET = V_OFFSET + KV_BYTES;
+    static constexpr size_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
+    static constexpr size_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
+    static constexpr size_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    static constexpr size_t LSE_OFFSET = DQ_OFFSET + CONSUMERS * DQ_BYTES;
+    static constexpr size_t D_OFFSET = LSE_OFFSET + STAGES * ROW_BYTES;
+    static constexpr size_t PARTIALS_OFFSET = D_OFFSET + STAGES * ROW_BYTES;
+    static constexpr size_t SHARED_BYTES = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES + 1024;
+};
+static_assert(BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
+
+// Per query row, into arrays padded to whole 64-row tiles per head (so that every tile the
+// producer copies starts on a 16-byte boundary and never reaches into the next head):
+// D = rowsum(dO * O) and LSE log2 e. Padding rows get 0. One warp per row.
+constexpr int PREPROCESS_THREADS = 256;
+
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(PREPROCESS_THREADS)
+backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
+                           const float* __restrict__ lse, float* __restrict__ D,
+                           float* __restrict__ lse_log2, int len_q, int padded_len_q,
+                           int64_t padded_rows) {
+    const int lane = int(threadIdx.x) % 32;
+    const int64_t warps = int64_t(gridDim.x) * (PREPROCESS_THREADS / 32);
+    for (int64_t padded = int64_t(blockIdx.x) * (PREPROCESS_THREADS / 32) + threadIdx.x / 32;
+         padded < padded_rows; padded += warps) {
+        const int64_t head = padded / padded_len_q;
+        const int query = int(padded % padded_len_q);
+        if (query >= len_q) {
+            if (lane == 0) D[padded] = lse_log2[padded] = 0.0f;
+            continue;
+        }
+        const int64_t row = head * len_q + query;
+        float sum = 0.0f;
+#pragma unroll
+        for (int d = lane * 2; d < HEAD_DIM; d += 64) {
+            const float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(O + row * HEAD_DIM + d));
+            const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dO + row * HEAD_DIM + d));
+            sum += o.x * g.x + o.y * g.y;
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+        if (lane == 0) {
+            D[padded] = sum;
+            lse_log2[padded] = lse[row] * LOG2E;
+        }
+    }
+}
+
+// The dQ accumulator holds, per (head, query tile), the 64 x HEAD_DIM block as 64-column
+// parts in the order the consumers' wgmma accumulators come out: in part g, float4 number
+// (warp * 8 + i) * 32 + lane holds registers 4i .. 4i + 3 of that lane, i.e. rows
+// 16 warp + lane / 4 and 8 more, columns 64 g + 8i + 2 (lane % 4) and one more. Each thread then stages its dQ with 16-byte stores that no
+// two lanes of a warp aim at the same bank, and the block is one contiguous range for the
+// bulk reduce-add. This kernel puts the rows back in order, scales and rounds them, and
+// subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below).
+template <int HEAD_DIM>
+__global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumulator,
+                                           const float* __restrict__ ds_rowsum,
+                                           const float* __restrict__ key_sum,
+                                           bf16* __restrict__ dQ, int64_t float4s, int len_q,
+                                           int q_tiles, float inverse_len_kv, float scale) {
+    constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
+    for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
+         f += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t tile = f / TILE_FLOAT4S;
+        const int within = int(f % TILE_FLOAT4S);
+        const int part = within / 1024, rest = within % 1024;
+        const int warp = rest / 256;
+        const int i = rest / 32 % 8;
+        const int lane = rest % 32;
+        const int64_t head = tile / q_tiles;
+        const int row = int(tile % q_tiles) * 64 + warp * 16 + lane / 4;
+        const int column = part * 64 + i * 8 + 2 * (lane % 4);
+        const float4 value = reinterpret_cast<const float4*>(dq_accumulator)[f];
+        const float mean0 = key_sum[head * HEAD_DIM + column] * inverse_len_kv;
+        const float mean1 = key_sum[head * HEAD_DIM + column + 1] * inverse_len_kv;
+        const float* rowsum = ds_rowsum + head * q_tiles * 64;
+        if (row < len_q)
+            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row) * HEAD_DIM + column) =
+                __floats2bfloat162_rn((value.x - rowsum[row] * mean0) * scale,
+                                      (value.y - rowsum[row] * mean1) * scale);
+        if (row + 8 < len_q)
+            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row + 8) * HEAD_DIM + column) =
+                __floats2bfloat162_rn((value.z - rowsum[row + 8] * mean0) * scale,
+                                      (value.w - rowsum[row + 8] * mean1) * scale);
+    }
+}
+
+// One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
+template <class Config>
+__global__ void __launch_bounds__(Config::THREADS, 1)
+flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
+                      const __grid_constant__ CUtensorMap lse_map, const __grid_constant__ CUtensorMap d_map,
+                      const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
+                      float* __restrict__ dq_accumulator, float* __restrict__ ds_rowsum,
+                      float* __restrict__ key_sum, int len_q, int len_kv, int kv_tiles,
+                      int q_tiles, float scale, bool causal) {
+    constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV;
+    constexpr int STAGES = Config::STAGES, SLABS = Config::SLABS;
+    constexpr int CONSUMER_WARPS = 4 * Config::CONSUMERS;
+    constexpr int D_STEPS = HEAD_DIM / 16;  // k-steps over the head dim (S^T, dP^T)
+    constexpr int Q_STEPS = BLOCK_Q / 16;   // k-steps over the queries (dV, dK)
+    constexpr int DQ_COLUMNS = Config::DQ_COLUMNS;
+    constexpr int KEY_STEPS = (Config::SPLIT_COLUMNS ? BLOCK_KV : 64) / 16;  // k-steps of dQ
+
+    __shared__ uint64_t kv_full;          // K and V have landed
+    __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and D have landed
+    __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
+    extern __shared__ unsigned char dynamic_shared[];
+    unsigned char* base = reinterpret_cast<unsigned char*>(
+        (reinterpret_cast<uintptr_t>(dynamic_shared) + 1023) & ~uintptr_t(1023));
+    bf16* k_tile = reinterpret_cast<bf16*>(base + Config::K_OFFSET);    // [SLABS][BLOCK_KV][64]
+    bf16* v_tile = reinterpret_cast<bf16*>(base + Config::V_OFFSET);    // [SLABS][BLOCK_KV][64]
+    bf16* q_tiles_smem = reinterpret_cast<bf16*>(base + Config::Q_OFFSET);    // [STAGES][SLABS][64][64]
+    bf16* do_tiles = reinterpret_cast<bf16*>(base + Config::DO_OFFSET);       // [STAGES][SLABS][64][64]
+    float* lse_rows = reinterpret_cast<float*>(base + Config::LSE_OFFSET);    // [STAGES][64]
+    float* d_rows = reinterpret_cast<float*>(base + Config::D_OFFSET);        // [STAGES][64]
+
+    const int head = int(blockIdx.x) / kv_tiles;
+    const int kv_start = (int(blockIdx.x) % kv_tiles) * BLOCK_KV;
+    const int warpgroup = int(threadIdx.x) / 128 - 1;  // -1: the producer; 0, 1: consumers
+    const int warp = int(threadIdx.x) % 128 / 32;
+    const int lane = int(threadIdx.x) % 32;
+    const int fragment_row = lane / 4;
+    const int fragment_column = 2 * (lane % 4);
+    // Causal: query tiles whose last row comes before the block's first key see none of them.
+    const int first_q_tile = causal ? min(kv_start / BLOCK_Q, q_tiles) : 0;
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(&kv_full, 1);
+        for (int stage = 0; stage < STAGES; ++stage) {
+            mbarrier_init(&q_full[stage], 1);
+            mbarrier_init(&q_empty[stage], CONSUMER_WARPS);
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    if (warpgroup < 0) {
+        // The producer: K and V once, then Q, dO, LSE and D of every query tile the keys can see.
+        setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
+        if (threadIdx.x == 0) {
+            mbarrier_arrive_expect_tx(&kv_full, 2 * Config::KV_BYTES);
+            for (int slab = 0; slab < SLABS; ++slab) {
+                tma_load_3d(k_tile + slab * BLOCK_KV * 64, &k_map, slab * 64, kv_start, head, &kv_full);
+                tma_load_3d(v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, kv_start, head, &kv_full);
+            }
+            for (int q_tile = first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
+                const int stage = load % STAGES;
+                mbarrier_wait(&q_empty[stage], (load / STAGES + 1) % 2);
+                mbarrier_arrive_expect_tx(&q_full[stage], 2 * Config::Q_BYTES + 2 * Config::ROW_BYTES);
+                for (int slab = 0; slab < SLABS; ++slab) {
+                    const int offset = (stage * SLABS + slab) * BLOCK_Q * 64;
+                    tma_load_3d(q_tiles_smem + offset, &q_map, slab * 64, q_tile * BLOCK_Q, head, &q_full[stage]);
+                    tma_load_3d(do_tiles + offset, &do_map, slab * 64, q_tile * BLOCK_Q, head, &q_full[stage]);
+                }
+                // LSE log2 e and D, padded to whole tiles per head by the preprocessing kernel.
+                const int row = (head * q_tiles + q_tile) * BLOCK_Q;
+                tma_load_2d(lse_rows + stage * BLOCK_Q, &lse_map, row, 0, &q_full[stage]);
+                tma_load_2d(d_rows + stage * BLOCK_Q, &d_map, row, 0, &q_full[stage]);
+            }
+        }
+        return;
+    }
+    setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+
+    // This consumer's 64 keys: rows 64 warpgroup .. + 63 of the K and V tiles.
+    const int key_row = warpgroup * 64;
+    bf16* ds_tiles = reinterpret_cast<bf16*>(base + Config::DS_OFFSET);  // [2][BLOCK_KV keys][64]
+    float* dq_staging = reinterpret_cast<float*>(base + Config::DQ_OFFSET + warpgroup * Config::DQ_BYTES);
+
+    // Descriptors. S^T = K Q^T and dP^T = V dO^T: K, V (A) and Q, dO (B) all K-major, the head
+    // dim contiguous. dV += P^T dO and dK += dS^T Q: dO and Q as MN-major B (their head dim is
+    // the output dimension). dQ = dS K: dS^T stored [key][query] is an MN-major A (queries
+    // contiguous), K an MN-major B.
+    constexpr uint32_t ROW = 64 * sizeof(bf16);  // one swizzled row: 128 bytes
+    auto kmajor = [](const bf16* tile, int rows, int step) {  // step over the head dim
+        return make_smem_descriptor(tile + (step / 4) * rows * 64 + (step % 4) * 16, 16, 8 * ROW);
+    };
+    auto mnmajor = [](const bf16* tile, int rows, int step) {  // step over the rows
+        return make_smem_descriptor(tile + step * 16 * 64, rows * ROW, 8 * ROW);
+    };
+
+    float dk[HEAD_DIM / 2] = {};
+    float dv[HEAD_DIM / 2] = {};
+    const float scale_log2 = scale * LOG2E;
+    mbarrier_wait(&kv_full, 0);
+
+    // Centred dQ. D = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
+    // error enters every dS_ij as -P_ij dD_i, which dQ = dS K multiplies by the large common
+    // part of K (the inputs' mean). In exact arithmetic rowsum(dS) = 0, so
+    // dQ_i = scale (sum_j dS_ij K_j - (sum_j dS_ij) c) for any c: with c = mean_j K_j the
+    // common part cancels. The blocks add their keys' column sums of K and their dS row sums
+    // into the workspace; the convert kernel subtracts.
+    for (int column = int(threadIdx.x) % 128; column < HEAD_DIM; column += 128) {
+        float sum = 0.0f;
+        for (int row = key_row; row < key_row + 64; ++row)  // this consumer's keys; past len_kv, zeros
+            sum += __bfloat162float(k_tile[(column / 64) * BLOCK_KV * 64 + row * 64 +
+                                           (((column % 64) / 8) ^ (row % 8)) * 8 + column % 8]);
+        atomicAdd(key_sum + head * HEAD_DIM + column, sum);
+    }
+    named_barrier_sync(1 + warpgroup, 128);  // read before the epilogue overwrites these rows
+    // Exact D. When one block holds every key, it can sum P * dP over them itself instead of
+    // using the rounded O; at tiny lengths a nearly one-hot row makes the true dS so small that
+    // the rounding of D would dominate it. Two buffers of [consumer warps][BLOCK_Q] partials.
+    const bool exact_delta = kv_tiles == 1;
+    float* delta_partials = reinterpret_cast<float*>(base + Config::PARTIALS_OFFSET);
+
+    for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
+        const int stage = read % STAGES;
+        const int q_start = q_tile * BLOCK_Q;
+        const bf16* q_smem = q_tiles_smem + stage * SLABS * BLOCK_Q * 64;
+        const bf16* do_smem = do_tiles + stage * SLABS * BLOCK_Q * 64;
+        mbarrier_wait(&q_full[stage], (read / STAGES) % 2);
+
+        // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries each, two commit groups.
+        float s[BLOCK_Q / 2], dp[BLOCK_Q / 2];
+        fence_registers(s);
+        fence_registers(dp);
+        wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < D_STEPS; ++step)
+            Wgmma<BLOCK_Q>::template ss<0, 0>(s, kmajor(k_tile + key_row * 64, BLOCK_KV, step),
+                                              kmajor(q_smem, BLOCK_Q, step), step > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int step = 0; step < D_STEPS; ++step)
+            Wgmma<BLOCK_Q>::template ss<0, 0>(dp, kmajor(v_tile + key_row * 64, BLOCK_KV, step),
+                                              kmajor(do_smem, BLOCK_Q, step), step > 0);
+        wgmma_commit();
+
+        // This thread's keys (rows) and queries (columns), and what it needs of LSE and D.
+        // A score is kept iff key < len_kv, query < len_q and (causal) key <= query.
+        const int key0 = kv_start + key_row + warp * 16 + fragment_row;  // and key0 + 8
+        const float* lse_stage = lse_rows + stage * BLOCK_Q;
+        const float* d_stage = d_rows + stage * BLOCK_Q;
+
+        wgmma_wait<1>();  // S^T is done
+        fence_registers(s);
+        // P^T = exp(S - LSE) = 2^(S^T scale log2 e - LSE log2 e), 0 where masked.
+#pragma unroll
+        for (int n = 0; n < BLOCK_Q / 8; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int column = n * 8 + fragment_column + i;
+                const int query = q_start + column;
+                const float lse_log2 = lse_stage[column];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int key = key0 + 8 * r;
+                    const bool visible = key < len_kv && query < len_q && !(causal && key > query);
+                    float& value = s[4 * n + 2 * r + i];
+                    value = visible ? fast_exp2(fmaf(value, scale_log2, -lse_log2)) : 0.0f;
+                }
+            }
+        wgmma_wait<0>();  // dP^T is done
+        fence_registers(dp);
+        // Column sums over this thread's two keys, then over the warp's 16 (lanes with the same
+        // lane % 4 hold the same columns): lanes 0-3 end with the warp's sums for columns
+        // 8n + 2 lane and one more.
+        auto column_sums = [&](float (&sums)[BLOCK_Q / 4], const float (&values)[BLOCK_Q / 2]) {
+#pragma unroll
+            for (int n = 0; n < BLOCK_Q / 8; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    float sum = values[4 * n + i] + values[4 * n + 2 + i];
+#pragma unroll
+                    for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+                    sums[2 * n + i] = sum;
+                }
+        };
+        float d_row[BLOCK_Q / 4];  // D of this thread's columns 8n + fragment_column + i
+        if (exact_delta) {
+            float sums[BLOCK_Q / 4], products[BLOCK_Q / 2];
+#pragma unroll
+            for (int e = 0; e < BLOCK_Q / 2; ++e) products[e] = s[e] * dp[e];
+            column_sums(sums, products);
+            float* partials = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q +
+                              (warpgroup * 4 + warp) * BLOCK_Q;
+            if (lane < 4)
+#pragma unroll
+                for (int n = 0; n < BLOCK_Q / 8; ++n)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) partials[n * 8 + fragment_column + i] = sums[2 * n + i];
+            named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
+            const float* all = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
+#pragma unroll
+            for (int n = 0; n < BLOCK_Q / 8; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int w = 0; w < 4 * Config::CONSUMERS; ++w) sum += all[w * BLOCK_Q + n * 8 + fragment_column + i];
+                    d_row[2 * n + i] = sum;
+                }
+        } else {
+#pragma unroll
+            for (int n = 0; n < BLOCK_Q / 8; ++n)
+#pragma unroll
+                for (int i = 0; i < 2; ++i) d_row[2 * n + i] = d_stage[n * 8 + fragment_column + i];
+        }
+        // dS^T = P^T (dP^T - D), in place in dp; P^T and dS^T packed as bf16 A fragments (the
+        // accumulators of 8-column tiles 2k and 2k+1 are the A fragment of k-step k).
+        uint32_t p_fragment[Q_STEPS][4], ds_fragment[Q_STEPS][4];
+#pragma unroll
+        for (int n = 0; n < BLOCK_Q / 8; ++n) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) dp[4 * n + i] = s[4 * n + i] * (dp[4 * n + i] - d_row[2 * n + i % 2]);
+            p_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(s[4 * n + 0], s[4 * n + 1]);
+            p_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
+            ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
+            ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
+        }
+        // The dS row sums of the centred dQ: this warp's 16 keys, then added up in memory.
+        {
+            float sums[BLOCK_Q / 4];
+            column_sums(sums, dp);
+            if (lane < 4)
+#pragma unroll
+                for (int n = 0; n < BLOCK_Q / 8; ++n)
+#pragma unroll
+                    for (int i = 0; i < 2; ++i)
+                        atomicAdd(ds_rowsum + (head * q_tiles + q_tile) * BLOCK_Q + n * 8 + fragment_column + i,
+                                  sums[2 * n + i]);
+        }
+        // dS^T to shared memory for dQ, [BLOCK_KV keys][64 queries] in the 128-byte swizzle: row
+        // `key`, chunk n of 8 queries, moved by the XOR with key % 8. Two buffers: one consumer
+        // may start on the next tile while the other still reads this one.
+        bf16* ds_tile = ds_tiles + (read % 2) * BLOCK_KV * BLOCK_Q;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int tile_row = key_row + warp * 16 + fragment_row + 8 * r;
+#pragma unroll
+            for (int n = 0; n < BLOCK_Q / 8; ++n)
+                *reinterpret_cast<uint32_t*>(ds_tile + tile_row * 64 + ((n ^ (tile_row % 8)) * 8) + fragment_column) =
+                    ds_fragment[n / 2][(n % 2) * 2 + r];
+        }
+        fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
+        if constexpr (Config::SPLIT_COLUMNS)
+            named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both halves
+        else
+            named_barrier_sync(1 + warpgroup, 128);
+
+        // dV += P^T dO, dK += dS^T Q (A from registers), dQ_part = dS K (A = dS^T from shared).
+        float dq[DQ_COLUMNS / 2];
+        fence_registers(dk);
+        fence_registers(dv);
+        fence_registers(dq);
+        wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < Q_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step], mnmajor(do_smem, BLOCK_Q, step), 1);
+#pragma unroll
+        for (int step = 0; step < Q_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step], mnmajor(q_smem, BLOCK_Q, step), 1);
+        // Split columns: all keys, the consumer's slab of K. Otherwise: own keys, all of K's columns.
+        const bf16* ds_keys = Config::SPLIT_COLUMNS ? ds_tile : ds_tile + key_row * 64;
+        const bf16* k_keys = Config::SPLIT_COLUMNS ? k_tile + warpgroup * BLOCK_KV * 64 : k_tile + key_row * 64;
+#pragma unroll
+        for (int step = 0; step < KEY_STEPS; ++step)
+            Wgmma<DQ_COLUMNS>::template ss<1, 1>(dq, mnmajor(ds_keys, BLOCK_KV, step),
+                                                 mnmajor(k_keys, BLOCK_KV, step), step > 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(dk);
+        fence_registers(dv);
+        fence_registers(dq);
+        // Q, dO and this tile's dS^T have been read.
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&q_empty[stage]);
+
+        // dQ_part into the staging tile, once the previous tile's reduce-add has read it; then
+        // the copy engine adds it to the accumulator in device memory.
+        const bool leader = threadIdx.x % 128 == 0;
+        if (leader) bulk_wait_read<0>();
+        named_barrier_sync(1 + warpgroup, 128);
+#pragma unroll
+        for (int i = 0; i < DQ_COLUMNS / 8; ++i)
+            reinterpret_cast<float4*>(dq_staging)[(warp * (DQ_COLUMNS / 8) + i) * 32 + lane] =
+                make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+        fence_proxy_async_shared();
+        named_barrier_sync(1 + warpgroup, 128);
+        if (leader) {
+            const int64_t block = (int64_t(head) * q_tiles + q_tile) * BLOCK_Q * HEAD_DIM;
+            const int part = Config::SPLIT_COLUMNS ? warpgroup * BLOCK_Q * DQ_COLUMNS : 0;
+            bulk_reduce_add_f32(dq_accumulator + block + part, smem_address(dq_staging), Config::DQ_BYTES);
+            bulk_commit();
+        }
+    }
+
+    // dK (times scale) and dV to bf16, into this consumer's rows of the K and V tiles (the last
+    // tile's GEMMs have read them), and out by TMA, which writes only keys < len_kv.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int tile_row = key_row + warp * 16 + fragment_row + 8 * r;
+#pragma unroll
+        for (int d = 0; d < HEAD_DIM / 8; ++d) {
+            const int offset = (d / 8) * BLOCK_KV * 64 + tile_row * 64 + ((d % 8) ^ (tile_row % 8)) * 8 + fragment_column;
+            *reinterpret_cast<__nv_bfloat162*>(k_tile + offset) =
+                __floats2bfloat162_rn(dk[4 * d + 2 * r] * scale, dk[4 * d + 2 * r + 1] * scale);
+            *reinterpret_cast<__nv_bfloat162*>(v_tile + offset) =
+                __floats2bfloat162_rn(dv[4 * d + 2 * r], dv[4 * d + 2 * r + 1]);
+        }
+    }
+    fence_proxy_async_shared();
+    named_barrier_sync(1 + warpgroup, 128);
+    if (threadIdx.x % 128 == 0) {
+        for (int slab = 0; slab < SLABS; ++slab) {
+            const int offset = slab * BLOCK_KV * 64 + key_row * 64;
+            tma_store_3d(&dk_map, k_tile + offset, slab * 64, kv_start + key_row, head);
+            tma_store_3d(&dv_map, v_tile + offset, slab * 64, kv_start + key_row, head);
+        }
+        bulk_commit();
+        bulk_wait<0>();  // the stores and the last reduce-add are complete
+    }
+}
+
+// A [count] FP32 vector read in boxes of 64, seen as a [1][count] tensor (the encoder wants a
+// second dimension; its stride only has to be a legal one).
+CUtensorMap make_row_map(const float* vector, int64_t count) {
+    CUtensorMap map{};
+    const cuuint64_t dims[2] = {cuuint64_t(count), 1};
+    const cuuint64_t strides[1] = {(cuuint64_t(count) * sizeof(float) + 15) / 16 * 16};
+    const cuuint32_t box[2] = {64, 1};
+    const cuuint32_t element_strides[2] = {1, 1};
+    const CUresult result = tensor_map_encoder()(
+        &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(vector), dims, strides, box,
+        element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (result != CUDA_SUCCESS)
+        throw std::runtime_error("attention_backward: cuTensorMapEncodeTiled (rows) failed with CUresult " +
+                                 std::to_string(int(result)));
+    return map;
+}
+
+// The workspace, in FP32: per query row (padded to whole tiles) D and LSE log2 e, then what
+// is summed by atomics and so starts at zero: the dS row sums, the K column sums per head, and
+// the dQ accumulator (64-row blocks of every query tile).
+struct BackwardWorkspace {
+    size_t d_offset = 0, lse_offset = 0, rowsum_offset = 0, key_sum_offset = 0, dq_offset = 0,
+           total = 0;
+    explicit BackwardWorkspace(const AttentionShape& shape) {
+        const size_t heads = size_t(shape.batch) * size_t(shape.heads);
+        const size_t padded_rows = heads * size_t((shape.len_q + 63) / 64) * 64;
+        auto bytes = [](size_t floats) { return (floats * sizeof(float) + 255) / 256 * 256; };
+        lse_offset = d_offset + bytes(padded_rows);
+        rowsum_offset = lse_offset + bytes(padded_rows);
+        key_sum_offset = rowsum_offset + bytes(padded_rows);
+        dq_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
+        total = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
+    }
+};
+
+template <int HEAD_DIM>
+void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
+                     const bf16* dout, bf16* dq, bf16* dk, bf16* dv, const AttentionShape& shape,
+                     cudaStream_t stream) {
+    using Config = BackwardTiling<HEAD_DIM>;
+    const int batch_heads = shape.batch * shape.heads;
+    const int kv_tiles = ceil_div(shape.len_kv, Config::BLOCK_KV);
+    const int q_tiles = ceil_div(shape.len_q, Config::BLOCK_Q);
+    // Everything that can be refused is refused before anything is allocated or launched.
+    if (int64_t(batch_heads) * kv_tiles > INT_MAX)
+        throw std::invalid_argument("attention_backward: batch * heads * ceil(len_kv / " +
+                                    std::to_string(Config::BLOCK_KV) + ") = " +
+                                    std::to_string(int64_t(batch_heads) * kv_tiles) +
+                                    " is not allowed: must be at most 2^31 - 1");
+    if (int64_t(batch_heads) * q_tiles * Config::BLOCK_Q > INT_MAX)
+        throw std::invalid_argument("attention_backward: batch * heads * len_q = " +
+                                    std::to_string(shape.lse_elements()) +
+                                    " is not allowed: must be below 2^31 - 64 (TMA coordinates)");
+    const BackwardWorkspace layout(shape);
+    Workspace workspace(layout.total, stream);
+    char* scratch = workspace.as<char>();
+    float* delta = reinterpret_cast<float*>(scratch + layout.d_offset);
+    float* lse_log2 = reinterpret_cast<float*>(scratch + layout.lse_offset);
+    float* ds_rowsum = reinterpret_cast<float*>(scratch + layout.rowsum_offset);
+    float* key_sum = reinterpret_cast<float*>(scratch + layout.key_sum_offset);
+    float* dq_accumulator = reinterpret_cast<float*>(scratch + layout.dq_offset);
+    const int64_t padded_rows = int64_t(batch_heads) * q_tiles * Config::BLOCK_Q;
+
+    CUDA_CHECK(cudaMemsetAsync(ds_rowsum, 0, layout.total - layout.rowsum_offset, stream));
+    const int preprocess_blocks = int(std::min<int64_t>((padded_rows + 7) / 8, 65536));
+    backward_preprocess_kernel<HEAD_DIM><<<preprocess_blocks, PREPROCESS_THREADS, 0, stream>>>(
+        o, dout, lse, delta, lse_log2, shape.len_q, q_tiles * Config::BLOCK_Q, padded_rows);
+    CUDA_CHECK_LAUNCH();
+
+    const CUtensorMap q_map = make_tensor_map(q, batch_heads, shape.len_q, HEAD_DIM, Config::BLOCK_Q);
+    const CUtensorMap do_map = make_tensor_map(dout, batch_heads, shape.len_q, HEAD_DIM, Config::BLOCK_Q);
+    const CUtensorMap k_map = make_tensor_map(k, batch_heads, shape.len_kv, HEAD_DIM, Config::BLOCK_KV);
+    const CUtensorMap v_map = make_tensor_map(v, batch_heads, shape.len_kv, HEAD_DIM, Config::BLOCK_KV);
+    const CUtensorMap dk_map = make_tensor_map(dk, batch_heads, shape.len_kv, HEAD_DIM, 64);
+    const CUtensorMap dv_map = make_tensor_map(dv, batch_heads, shape.len_kv, HEAD_DIM, 64);
+    const CUtensorMap lse_map = make_row_map(lse_log2, padded_rows);
+    const CUtensorMap d_map = make_row_map(delta, padded_rows);
+    auto kernel = flash_backward_kernel<Config>;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    int(Config::SHARED_BYTES)));
+    kernel<<<unsigned(batch_heads * kv_tiles), Config::THREADS, Config::SHARED_BYTES, stream>>>(
+        q_map, k_map, v_map, do_map, lse_map, d_map, dk_map, dv_map, dq_accumulator, ds_rowsum,
+        key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal);
+    CUDA_CHECK_LAUNCH();
+
+    const int64_t float4s = padded_rows * HEAD_DIM / 4;
+    const int convert_blocks = int(std::min<int64_t>((float4s + 255) / 256, 65536));
+    backward_convert_dq_kernel<HEAD_DIM><<<convert_blocks, 256, 0, stream>>>(
+        dq_accumulator, ds_rowsum, key_sum, dq, float4s, shape.len_q, q_tiles,
+        1.0f / float(shape.len_kv), shape.softmax_scale());
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+const StageCapabilities& stage_capabilities() {
+    // 16-byte alignment: TMA needs the tensors' base addresses on 16-byte boundaries.
+    // Compute capability 9.0: wgmma and TMA exist on Hopper only.
+    static const StageCapabilities caps{"11_hopper_backward", "bf16", {64, 128}, MAX_LENGTH,
+                                        MAX_LENGTH, true, /*backward=*/true, 16, 90};
+    return caps;
+}
+
+size_t attention_workspace_bytes(const AttentionShape&) { return 0; }
+
+void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
+                       const AttentionShape& shape, cudaStream_t stream) {
+    validate_forward(shape, stage_capabilities(), q, k, v, o, lse);
+    if (shape.head_dim == 64)
+        launch<Tiling64>(q, k, v, o, lse, shape, stream);
+    else if (shape.causal)
+        launch<Tiling128Causal>(q, k, v, o, lse, shape, stream);
+    else
+        launch<Tiling128>(q, k, v, o, lse, shape, stream);
+}
+
+size_t attention_backward_workspace_bytes(const AttentionShape& shape) {
+    return BackwardWorkspace(shape).total;
+}
+
+void attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
+                        const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv,
+                        const AttentionShape& shape, cudaStream_t stream) {
+    validate_backward(shape, stage_capabilities(), q, k, v, o, lse, dout, dq, dk, dv);
+    if (shape.head_dim == 64)
+        launch_backward<64>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+    else
+        launch_backward<128>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+}
