@@ -52,6 +52,7 @@ docs:
 
 docs-check:
 	@python3 bench/tables.py --check $(if $(RESULTS),--results $(RESULTS)/results.csv)
+	@python3 bench/check_forward_copy.py 10_pingpong 11_hopper_backward
 
 sanitize: all
 	@for stage in $(STAGES); do $(MAKE) --no-print-directory -C $$stage sanitize || exit 1; done
