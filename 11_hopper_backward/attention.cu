@@ -488,8 +488,10 @@ struct BackwardTiling {
     static constexpr size_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     static constexpr size_t LSE_OFFSET = DQ_OFFSET + CONSUMERS * DQ_BYTES;
     static constexpr size_t D_OFFSET = LSE_OFFSET + STAGES * ROW_BYTES;
+    // Two buffers each of per-warp column sums: for the exact D, and for rowsum(dS).
     static constexpr size_t PARTIALS_OFFSET = D_OFFSET + STAGES * ROW_BYTES;
-    static constexpr size_t SHARED_BYTES = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES + 1024;
+    static constexpr size_t ROWSUM_PARTIALS_OFFSET = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES;
+    static constexpr size_t SHARED_BYTES = ROWSUM_PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES + 1024;
 };
 static_assert(BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
 
@@ -797,7 +799,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
             ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
         }
-        // The dS row sums of the centred dQ: this warp's 16 keys, then added up in memory.
+        // The dS row sums of the centred dQ, over this warp's 16 keys. At D = 128 the consumers
+        // meet below anyway (both halves of dS^T), so the warps' sums go through shared memory
+        // and one thread per query adds the block's sum to the workspace; at D = 64 each warp
+        // adds its own (a barrier between the consumers costs more there than the atomics).
+        float* rowsum_partials = reinterpret_cast<float*>(base + Config::ROWSUM_PARTIALS_OFFSET) +
+                                 (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
         {
             float sums[BLOCK_Q / 4];
             column_sums(sums, dp);
@@ -805,9 +812,13 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 #pragma unroll
                 for (int n = 0; n < BLOCK_Q / 8; ++n)
 #pragma unroll
-                    for (int i = 0; i < 2; ++i)
-                        atomicAdd(ds_rowsum + (head * q_tiles + q_tile) * BLOCK_Q + n * 8 + fragment_column + i,
-                                  sums[2 * n + i]);
+                    for (int i = 0; i < 2; ++i) {
+                        const int column = n * 8 + fragment_column + i;
+                        if constexpr (Config::SPLIT_COLUMNS)
+                            rowsum_partials[(warpgroup * 4 + warp) * BLOCK_Q + column] = sums[2 * n + i];
+                        else
+                            atomicAdd(ds_rowsum + (head * q_tiles + q_tile) * BLOCK_Q + column, sums[2 * n + i]);
+                    }
         }
         // dS^T to shared memory for dQ, [BLOCK_KV keys][64 queries] in the 128-byte swizzle: row
         // `key`, chunk n of 8 queries, moved by the XOR with key % 8. Two buffers: one consumer
@@ -822,10 +833,18 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                     ds_fragment[n / 2][(n % 2) * 2 + r];
         }
         fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
-        if constexpr (Config::SPLIT_COLUMNS)
-            named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both halves
-        else
+        if constexpr (!Config::SPLIT_COLUMNS) {
             named_barrier_sync(1 + warpgroup, 128);
+        } else {
+            named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
+            if (threadIdx.x % 128 < BLOCK_Q / Config::CONSUMERS) {
+                const int column = warpgroup * (BLOCK_Q / Config::CONSUMERS) + int(threadIdx.x) % 128;
+                float sum = 0.0f;
+#pragma unroll
+                for (int w = 0; w < 4 * Config::CONSUMERS; ++w) sum += rowsum_partials[w * BLOCK_Q + column];
+                atomicAdd(ds_rowsum + (head * q_tiles + q_tile) * BLOCK_Q + column, sum);
+            }
+        }
 
         // dV += P^T dO, dK += dS^T Q (A from registers), dQ_part = dS K (A = dS^T from shared).
         float dq[DQ_COLUMNS / 2];
