@@ -126,14 +126,21 @@ SWEEP ?= $(if $(filter bf16,$(DTYPE)),bf16-headline,fp32-headline)
 bench: $(BENCH_BIN)
 	@$(BENCH_BIN) --sweep $(SWEEP) $(BENCH_ARGS)
 
-# compute-sanitizer over the GPU cases tagged for it (small edge shapes).
+# compute-sanitizer over the GPU cases tagged for it (small edge shapes). A stage may narrow
+# the cases one tool runs (SANITIZE_CASES_<tool>), saying why in its Makefile.
 SANITIZE_TOOLS ?= memcheck racecheck synccheck initcheck
+SANITIZE_CASES_memcheck  ?= sanitize*
+SANITIZE_CASES_racecheck ?= sanitize*
+SANITIZE_CASES_synccheck ?= sanitize*
+SANITIZE_CASES_initcheck ?= sanitize*
 sanitize: $(TEST_BIN)
 	@for tool in $(SANITIZE_TOOLS); do \
 	  extra=""; [ $$tool = memcheck ] && extra="--leak-check full"; \
-	  echo "== compute-sanitizer --tool $$tool $$extra: $(STAGE)"; \
+	  case $$tool in memcheck) cases='$(SANITIZE_CASES_memcheck)';; racecheck) cases='$(SANITIZE_CASES_racecheck)';; \
+	    synccheck) cases='$(SANITIZE_CASES_synccheck)';; *) cases='$(SANITIZE_CASES_initcheck)';; esac; \
+	  echo "== compute-sanitizer --tool $$tool $$extra: $(STAGE) ($$cases)"; \
 	  compute-sanitizer --tool $$tool $$extra --error-exitcode 1 \
-	    $(TEST_BIN) --test-case='sanitize*' || exit 1; \
+	    $(TEST_BIN) --test-case="$$cases" || exit 1; \
 	done
 
 # Nsight Compute over the first NCU_COUNT kernels of the headline shape (or BENCH_ARGS);
