@@ -264,7 +264,6 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         __syncwarp();
         if (lane == 0) mbarrier_arrive(empty);
     };
-    // excerpt: turns
     // Ping-pong: the consumer warpgroups take turns at issuing their wgmma, so that while one
     // warpgroup's GEMMs run on the tensor cores the others compute their softmax. Warpgroup w
     // waits on named barrier TURN + w, which the warpgroup before it (w - 1, cyclically) arrives
@@ -272,7 +271,6 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     constexpr int TURN = 1 + Config::CONSUMERS;  // ids 1 .. CONSUMERS are the epilogue's
     auto wait_turn = [&] { named_barrier_sync(TURN + warpgroup, 256); };
     auto pass_turn = [&] { named_barrier_arrive(TURN + (warpgroup + 1) % Config::CONSUMERS, 256); };
-    // end excerpt
     auto parity = [](int kv_tile) { return uint32_t(kv_tile / STAGES % 2); };
 
     float s[BLOCK_KV / 2];
@@ -294,8 +292,6 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     mask(s, 0);
     softmax(s, alpha);
     pack_p(s);
-
-    // excerpt: overlap-loop
     // Tile j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} go to the tensor cores together; the
     // softmax of S_j runs while the second is still multiplying.
     for (int kv_tile = 1; kv_tile < kv_tiles; ++kv_tile) {
@@ -323,8 +319,6 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         rescale_o(alpha);
         pack_p(s);
     }
-    // end excerpt
-
     // The last O += P V. The last warpgroup passes no turn: nobody waits for it any more.
     const int last = (kv_tiles - 1) % STAGES;
     mbarrier_wait(&v_full[last], parity(kv_tiles - 1));
@@ -633,6 +627,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                 tma_load_3d(k_tile + slab * BLOCK_KV * 64, &k_map, slab * 64, kv_start, head, &kv_full);
                 tma_load_3d(v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, kv_start, head, &kv_full);
             }
+            // excerpt: producer
             for (int q_tile = first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
                 const int stage = load % STAGES;
                 mbarrier_wait(&q_empty[stage], (load / STAGES + 1) % 2);
@@ -647,6 +642,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                 tma_load_2d(lse_rows + stage * BLOCK_Q, &lse_map, row, 0, &q_full[stage]);
                 tma_load_2d(d_rows + stage * BLOCK_Q, &d_map, row, 0, &q_full[stage]);
             }
+            // end excerpt
         }
         return;
     }
@@ -701,6 +697,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         const bf16* do_smem = do_tiles + stage * SLABS * BLOCK_Q * 64;
         mbarrier_wait(&q_full[stage], (read / STAGES) % 2);
 
+        // excerpt: s-dp
         // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries each, two commit groups.
         float s[BLOCK_Q / 2], dp[BLOCK_Q / 2];
         fence_registers(s);
@@ -716,6 +713,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             Wgmma<BLOCK_Q>::template ss<0, 0>(dp, kmajor(v_tile + key_row * 64, BLOCK_KV, step),
                                               kmajor(do_smem, BLOCK_Q, step), step > 0);
         wgmma_commit();
+        // end excerpt
 
         // This thread's keys (rows) and queries (columns), and what it needs of LSE and D.
         // A score is kept iff key < len_kv, query < len_q and (causal) key <= query.
@@ -846,6 +844,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             }
         }
 
+        // excerpt: gradients
         // dV += P^T dO, dK += dS^T Q (A from registers), dQ_part = dS K (A = dS^T from shared).
         float dq[DQ_COLUMNS / 2];
         fence_registers(dk);
@@ -866,6 +865,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             Wgmma<DQ_COLUMNS>::template ss<1, 1>(dq, mnmajor(ds_keys, BLOCK_KV, step),
                                                  mnmajor(k_keys, BLOCK_KV, step), step > 0);
         wgmma_commit();
+        // end excerpt
         wgmma_wait<0>();
         fence_registers(dk);
         fence_registers(dv);
@@ -874,6 +874,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&q_empty[stage]);
 
+        // excerpt: dq-reduce
         // dQ_part into the staging tile, once the previous tile's reduce-add has read it; then
         // the copy engine adds it to the accumulator in device memory.
         const bool leader = threadIdx.x % 128 == 0;
@@ -891,6 +892,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             bulk_reduce_add_f32(dq_accumulator + block + part, smem_address(dq_staging), Config::DQ_BYTES);
             bulk_commit();
         }
+        // end excerpt
     }
 
     // dK (times scale) and dV to bf16, into this consumer's rows of the K and V tiles (the last

@@ -8,6 +8,8 @@ Stage 11 computes O and LSE with stage 10's kernels: the code between
 
 in 11_hopper_backward/attention.cu must equal stage 10's file from `using bf16 = ...` to the end
 of its anonymous namespace, and both files' attention_forward() must be the same function.
+Excerpt markers (`// excerpt: NAME`, `// end excerpt`, for the chapters) are not compared: a
+chapter shows its own stage's excerpts, so the copy carries none.
 Exits 1 and prints a diff when they differ.
 
 usage: bench/check_forward_copy.py [FORWARD_STAGE BACKWARD_STAGE]   (default: 10_pingpong 11_hopper_backward)
@@ -28,6 +30,13 @@ def between(text, start, end, path):
     return text[begin:finish]
 
 
+MARKER = re.compile(r"^\s*// (excerpt: \S+|end excerpt)\s*\n", re.M)
+
+
+def without_markers(text):
+    return MARKER.sub("", text)
+
+
 def public_forward(text, path):
     match = re.search(r"^void attention_forward\(.*?^}\n", text, re.S | re.M)
     if not match:
@@ -39,7 +48,7 @@ def main():
     forward_stage, backward_stage = sys.argv[1:3] if len(sys.argv) == 3 else ("10_pingpong", "11_hopper_backward")
     forward_path = os.path.join(ROOT, forward_stage, "attention.cu")
     backward_path = os.path.join(ROOT, backward_stage, "attention.cu")
-    forward = open(forward_path).read()
+    forward = without_markers(open(forward_path).read())
     backward = open(backward_path).read()
     pairs = [
         (between(forward, "using bf16 = __nv_bfloat16;\n", "}  // namespace\n", forward_path),
