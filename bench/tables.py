@@ -18,12 +18,38 @@ NAME is either
 Options: stages=a,b,c (implementations, in that order; default all), pass=fwd|bwd,
 dtype=fp32|bf16, causal=0|1, baseline=NAME.
 
+A number inside a sentence is generated the same way, from one row of the same run:
+
+    <!-- value:IMPLEMENTATION[/DTYPE] SHAPE PASS FIELD -->195.1<!-- /value -->
+    <!-- value:ceiling NAME -->696.0<!-- /value -->
+
+SHAPE is a sweep of one shape (bf16-headline) or BxHxLqxLkxDxCAUSAL (4x8x4096x4096x64x0);
+FIELD is median_ms, min_ms, tflops, pct_sol, workspace (bytes in MiB/GiB) or
+speedup=OTHER (OTHER's median over this one's, with a ×).
+
+Code on the page comes from the stages' files. In a .cu file, one comment line opens an
+excerpt and one closes it:
+
+    // excerpt: NAME
+    ...
+    // end excerpt
+
+and a chapter shows it between
+
+    <!-- code:NN_name/attention.cu#NAME -->
+    <!-- /code:NN_name/attention.cu#NAME -->
+
+(common indentation removed, other excerpt markers inside it dropped). --check also fails
+when a chapter names an excerpt that no file holds, when an excerpt is longer than
+MAX_EXCERPT_LINES, and when a stage file marks an excerpt that no chapter shows.
+
 usage: bench/tables.py [--results CSV] [--check] [FILE.md ...]
 Without files: every markdown file of the repository that holds a marker. --check rewrites
 nothing and exits 1 when a table differs from what the CSV gives (stale).
 """
 
 import argparse
+import textwrap
 import csv
 import glob
 import os
@@ -35,6 +61,12 @@ MARKER = re.compile(r"<!-- results:(?P<name>[^\s>]+)(?P<options>[^>]*?)\s*-->\n"
                     r"(?P<body>.*?)<!-- /results:(?P=name) -->", re.S)
 TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_eager"]
 HEADLINES = ["fp32-headline", "bf16-headline"]
+VALUE = re.compile(r"<!-- value:(?P<spec>[^>]*?)\s*-->(?P<body>.*?)<!-- /value -->", re.S)
+CODE = re.compile(r"<!-- code:(?P<name>[^\s>#]+#[^\s>]+)\s*-->\n(?P<body>.*?)"
+                  r"<!-- /code:(?P=name) -->", re.S)
+EXCERPT_BEGIN = re.compile(r"^\s*// excerpt: (?P<name>\S+)\s*$")
+EXCERPT_END = re.compile(r"^\s*// end excerpt\s*$")
+MAX_EXCERPT_LINES = 40
 FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (halved when causal), "
               "backward 2.5× forward; % of SOL against the measured cuBLAS GEMM of the row's "
               "element type.")
@@ -143,6 +175,43 @@ class Tables:
             lines = self.sweep_table(self.sweeps[name], options)
         return "\n".join([self.caption, ""] + lines) + "\n"
 
+    def value(self, spec):
+        words = spec.split()
+        if len(words) == 2 and words[0] == "ceiling":
+            path = os.path.join(os.path.dirname(self.results_path), "ceilings.csv")
+            with open(path, newline="") as ceilings_file:
+                for row in csv.DictReader(ceilings_file):
+                    if row["ceiling"] == words[1]:
+                        return f"{float(row['value']):.1f}"
+            raise SystemExit(f"value:{spec}: no ceiling {words[1]} in {path}")
+        if len(words) != 4:
+            raise SystemExit(f"value:{spec}: want IMPLEMENTATION SHAPE PASS FIELD")
+        implementation, shape_text, pass_name, field = words
+        shape = parse_shape(shape_text, self.sweeps)
+
+        def row_of(name):
+            stage, _, dtype = name.partition("/")
+            matches = [row for key, row in self.rows.items() if key[0] == stage and
+                       (not dtype or key[1] == dtype) and key[2] == shape and key[3] == pass_name]
+            if len(matches) != 1:
+                raise SystemExit(f"value:{spec}: {len(matches)} rows for {name} "
+                                 f"(name the dtype: {stage}/fp32)")
+            if matches[0]["status"] != "ok":
+                raise SystemExit(f"value:{spec}: {name} was {matches[0]['status']}")
+            return matches[0]
+
+        row = row_of(implementation)
+        if field in ("median_ms", "min_ms"):
+            return milliseconds(row[field])
+        if field in ("tflops", "pct_sol"):
+            return one_decimal(row[field])
+        if field == "workspace":
+            return byte_size(row["workspace_bytes"])
+        if field.startswith("speedup="):
+            other = row_of(field.split("=", 1)[1])
+            return f"{float(other['median_ms']) / float(row['median_ms']):.2f}×"
+        raise SystemExit(f"value:{spec}: unknown field {field}")
+
     def ceilings_table(self):
         path = os.path.join(os.path.dirname(self.results_path), "ceilings.csv")
         if not os.path.exists(path):
@@ -222,6 +291,91 @@ class Tables:
         return lines[:-1]
 
 
+def read_excerpts(path):
+    """{name: [lines]} of one source file; raises SystemExit on an unbalanced marker."""
+    excerpts, open_names = {}, []
+    with open(path) as source:
+        for number, line in enumerate(source, 1):
+            begin = EXCERPT_BEGIN.match(line)
+            if begin:
+                name = begin["name"]
+                if name in excerpts or name in open_names:
+                    raise SystemExit(f"{path}:{number}: excerpt {name} marked twice")
+                open_names.append(name)
+                excerpts[name] = []
+                continue
+            if EXCERPT_END.match(line):
+                if not open_names:
+                    raise SystemExit(f"{path}:{number}: '// end excerpt' without an excerpt")
+                open_names.pop()
+                continue
+            for name in open_names:
+                excerpts[name].append(line.rstrip("\n"))
+    if open_names:
+        raise SystemExit(f"{path}: excerpt {open_names[-1]} never ends")
+    return excerpts
+
+
+class Excerpts:
+    """The excerpts of the stages' files, rendered as fenced code blocks."""
+
+    def __init__(self):
+        self.cache = {}
+        self.shown = set()
+
+    def lines(self, reference):
+        relative, _, name = reference.partition("#")
+        path = os.path.join(ROOT, relative)
+        if path not in self.cache:
+            if not os.path.exists(path):
+                raise SystemExit(f"code:{reference}: no file {relative}")
+            self.cache[path] = read_excerpts(path)
+        if name not in self.cache[path]:
+            raise SystemExit(f"code:{reference}: {relative} has no '// excerpt: {name}'")
+        self.shown.add((relative, name))
+        return self.cache[path][name]
+
+    def render(self, reference, markdown_path):
+        lines = self.lines(reference)
+        code = textwrap.dedent("\n".join(lines)).strip("\n")
+        relative, _, name = reference.partition("#")
+        link = os.path.relpath(os.path.join(ROOT, relative), os.path.dirname(markdown_path))
+        return (f"```cuda\n{code}\n```\n"
+                f"_From [`{relative}`]({link}), excerpt `{name}`; "
+                f"copied by bench/tables.py._\n")
+
+    def problems(self, stage_files):
+        found = []
+        for path in stage_files:
+            relative = os.path.relpath(path, ROOT)
+            for name, lines in read_excerpts(path).items():
+                if (relative, name) not in self.shown:
+                    found.append(f"{relative}: excerpt {name} is shown by no chapter")
+                if len(lines) > MAX_EXCERPT_LINES:
+                    found.append(f"{relative}: excerpt {name} has {len(lines)} lines "
+                                 f"(at most {MAX_EXCERPT_LINES})")
+        return found
+
+
+def parse_shape(text, sweeps):
+    if text in sweeps:
+        if len(sweeps[text]) != 1:
+            raise SystemExit(f"value: sweep {text} has {len(sweeps[text])} shapes, not one")
+        return sweeps[text][0]
+    fields = text.split("x")
+    if len(fields) != 6:
+        raise SystemExit(f"value: '{text}' is neither a one-shape sweep nor BxHxLqxLkxDxCAUSAL")
+    return tuple(int(field) for field in fields)
+
+
+def byte_size(value):
+    value = float(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.{0 if value % size == 0 else 1}f} {unit}"
+    return f"{value:.0f} B"
+
+
 def markdown_files():
     found = []
     for path in glob.glob(os.path.join(ROOT, "**", "*.md"), recursive=True):
@@ -230,7 +384,8 @@ def markdown_files():
                 relative.startswith(os.path.join("bench", "results")):
             continue
         with open(path) as markdown:
-            if "<!-- results:" in markdown.read():
+            text = markdown.read()
+            if "<!-- results:" in text or "<!-- value:" in text or "<!-- code:" in text:
                 found.append(path)
     return sorted(found)
 
@@ -265,6 +420,7 @@ def main():
         print("tables.py: no markdown file holds a results marker")
         return 0
     tables = Tables(arguments.results or default_results(), arguments.sweeps)
+    excerpts = Excerpts()
     stale = []
     for path in files:
         with open(path) as markdown:
@@ -278,16 +434,36 @@ def main():
             end = match.end("body") - match.start()
             return match.group(0)[:begin] + body + match.group(0)[end:]
 
+        def regenerate_value(match):
+            body = tables.value(match["spec"])
+            if body != match["body"]:
+                stale.append(f"{os.path.relpath(path, ROOT)}: value:{match['spec']}")
+            return match.group(0).replace(match["body"] + "<!-- /value -->",
+                                          body + "<!-- /value -->")
+
+        def regenerate_code(match):
+            body = excerpts.render(match["name"], os.path.abspath(path))
+            if body != match["body"]:
+                stale.append(f"{os.path.relpath(path, ROOT)}: code:{match['name']}")
+            begin = match.start("body") - match.start()
+            end = match.end("body") - match.start()
+            return match.group(0)[:begin] + body + match.group(0)[end:]
+
         updated = MARKER.sub(regenerate, text)
+        updated = VALUE.sub(regenerate_value, updated)
+        updated = CODE.sub(regenerate_code, updated)
         if not arguments.check and updated != text:
             with open(path, "w") as markdown:
                 markdown.write(updated)
     for entry in stale:
         print(("stale: " if arguments.check else "updated: ") + entry)
+    problems = [] if arguments.files else excerpts.problems(
+        sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu"))))
+    for problem in problems:
+        print("error: " + problem)
     if arguments.check and stale:
-        print("tables.py: run `python3 bench/tables.py` to regenerate them")
-        return 1
-    return 0
+        print("tables.py: run `make docs` (python3 bench/tables.py) to regenerate them")
+    return 1 if problems or (arguments.check and stale) else 0
 
 
 if __name__ == "__main__":
