@@ -458,7 +458,8 @@ def main():
     for entry in stale:
         print(("stale: " if arguments.check else "updated: ") + entry)
     problems = [] if arguments.files else excerpts.problems(
-        sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu"))))
+        sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu")) +
+               glob.glob(os.path.join(ROOT, "common", "*.h*"))))
     for problem in problems:
         print("error: " + problem)
     if arguments.check and stale:
