@@ -24,6 +24,7 @@ __device__ __forceinline__ int visible_keys(int row, int len_kv, bool causal) {
     return causal ? min(row + 1, len_kv) : len_kv;
 }
 
+// excerpt: block-reduce
 // Tree reduction over the block through shared memory; every thread gets the result.
 template <class Op>
 __device__ float block_reduce(float value, float* scratch, Op op) {
@@ -38,6 +39,7 @@ __device__ float block_reduce(float value, float* scratch, Op op) {
     __syncthreads();  // scratch is reused by the next reduction
     return result;
 }
+// end excerpt
 
 // Dynamic shared memory: the query row, the reduction scratch, the K slice, the score row.
 __global__ void __launch_bounds__(THREADS)
