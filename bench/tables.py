@@ -25,7 +25,8 @@ A number inside a sentence is generated the same way, from one row of the same r
 
 SHAPE is a sweep of one shape (bf16-headline) or BxHxLqxLkxDxCAUSAL (4x8x4096x4096x64x0);
 FIELD is median_ms, min_ms, tflops, pct_sol, workspace (bytes in MiB/GiB) or
-speedup=OTHER (OTHER's median over this one's, with a ×).
+speedup=OTHER (OTHER's median over this one's, with a ×) or time_ratio=SHAPE (this
+median over the same implementation's at SHAPE).
 
 Code on the page comes from the stages' files. In a .cu file, one comment line opens an
 excerpt and one closes it:
@@ -189,10 +190,10 @@ class Tables:
         implementation, shape_text, pass_name, field = words
         shape = parse_shape(shape_text, self.sweeps)
 
-        def row_of(name):
+        def row_of(name, at=shape):
             stage, _, dtype = name.partition("/")
             matches = [row for key, row in self.rows.items() if key[0] == stage and
-                       (not dtype or key[1] == dtype) and key[2] == shape and key[3] == pass_name]
+                       (not dtype or key[1] == dtype) and key[2] == at and key[3] == pass_name]
             if len(matches) != 1:
                 raise SystemExit(f"value:{spec}: {len(matches)} rows for {name} "
                                  f"(name the dtype: {stage}/fp32)")
@@ -207,6 +208,9 @@ class Tables:
             return one_decimal(row[field])
         if field == "workspace":
             return byte_size(row["workspace_bytes"])
+        if field.startswith("time_ratio="):
+            other = row_of(implementation, parse_shape(field.split("=", 1)[1], self.sweeps))
+            return f"{float(row['median_ms']) / float(other['median_ms']):.2f}"
         if field.startswith("speedup="):
             other = row_of(field.split("=", 1)[1])
             return f"{float(other['median_ms']) / float(row['median_ms']):.2f}×"
