@@ -976,6 +976,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         store_row_stats(0);
     }
 
+    // excerpt: loop-top
     int stage = 0;  // (tile - first_tile) % Q_STAGES
     for (int tile = first_tile; tile < q_tile_count; ++tile) {
         const int buffer = (tile - first_tile) % 2;  // of LSE and D
@@ -992,6 +993,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         const float* tile_lse = lse_log2 + buffer * BLOCK_Q;
         float* tile_delta = delta_tiles + buffer * BLOCK_Q;
         const int q0 = tile * BLOCK_Q;
+    // end excerpt
 
         // S = Q K^T and dP = dO V^T, this warp's 32 x 32 of each.
         float s[2][S_TILES][4] = {}, dp[2][S_TILES][4] = {};
@@ -1066,6 +1068,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
             }
             __syncthreads();
         }
+        // excerpt: ds
         // dS = P (dP - D); its scale is applied once, to dK and dQ at the end. P and dS go to
         // shared memory as bf16; rowsum(dS) goes to the workspace with the tile's dQ (below),
         // for the centred dQ.
@@ -1093,6 +1096,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                 sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             }
         __syncthreads();  // P and dS are complete
+        // end excerpt
 
         // dV += P^T dO and dK += dS^T Q: A operands P^T, dS^T read transposed from the tiles.
         auto dv_dk_products = [&](auto with_dv, auto with_dk) {
@@ -1148,6 +1152,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                     }
                 }
             }
+            // excerpt: dq-hand-over
             // This warp's share of the tile's chunk of the accumulator. Rows past len_q add zeros
             // (their P is 0) to padding that convert_dq_kernel never reads.
             float* dq_share = dq_accum + (head * q_tile_count + tile) * int64_t(Tiles::Q_TILE) +
@@ -1185,6 +1190,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                         atomicAdd(dq_share + ((mt * DQ_D_TILES + nt) * 32 + lane) * 4 + i,
                                   dq_acc[mt][nt][i]);
 #endif
+            // end excerpt
             // After the hand-over above: its fence would otherwise wait for these atomics.
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
@@ -1195,6 +1201,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                         atomicAdd(ds_rowsum + head * len_q + row, ds_sums[mt][r]);
                 }
         };
+        // excerpt: product-order
         // dV first (its P tile is read by nothing else), then dQ, whose hand-over to the copy
         // engine leaves while the warp still has dK's mma to issue, then dK.
         using yes = std::true_type;
@@ -1211,6 +1218,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         dv_dk_products(no{}, yes{});
 #endif
         if (tile + 1 < q_tile_count) store_row_stats(1 - buffer);
+        // end excerpt
     }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

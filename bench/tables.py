@@ -50,7 +50,6 @@ nothing and exits 1 when a table differs from what the CSV gives (stale).
 """
 
 import argparse
-import textwrap
 import csv
 import glob
 import os
@@ -341,7 +340,12 @@ class Excerpts:
 
     def render(self, reference, markdown_path):
         lines = self.lines(reference)
-        code = textwrap.dedent("\n".join(lines)).strip("\n")
+        # Preprocessor lines sit in column 0 and would stop a plain dedent.
+        indents = [len(line) - len(line.lstrip()) for line in lines
+                   if line.strip() and not line.lstrip().startswith("#")]
+        cut = min(indents, default=0)
+        code = "\n".join(line if line.lstrip().startswith("#") else line[cut:]
+                         for line in lines).strip("\n")
         relative, _, name = reference.partition("#")
         link = os.path.relpath(os.path.join(ROOT, relative), os.path.dirname(markdown_path))
         return (f"```cuda\n{code}\n```\n"
