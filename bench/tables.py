@@ -44,6 +44,11 @@ and a chapter shows it between
 when a chapter names an excerpt that no file holds, when an excerpt is longer than
 MAX_EXCERPT_LINES, and when a stage file marks an excerpt that no chapter shows.
 
+docs/profiles/README.md indexes the profiler evidence: between <!-- profiles:index --> markers,
+rows `| [`PATH`](PATH) | claim | cited by |`; the last column is generated from the pages that
+link docs/profiles/PATH, and a file not in the index, a row without its file, or a file no page
+cites is an error.
+
 usage: bench/tables.py [--results CSV] [--check] [FILE.md ...]
 Without files: every markdown file of the repository that holds a marker. --check rewrites
 nothing and exits 1 when a table differs from what the CSV gives (stale).
@@ -365,6 +370,68 @@ class Excerpts:
         return found
 
 
+PROFILES = os.path.join(ROOT, "docs", "profiles")
+PROFILES_INDEX = os.path.join(PROFILES, "README.md")
+INDEX_REGION = re.compile(r"(<!-- profiles:index -->\n)(?P<body>.*?)(<!-- /profiles:index -->)", re.S)
+INDEX_ROW = re.compile(r"^\| \[`(?P<path>[^`]+)`\]\((?P=path)\) \| (?P<claim>.*?) \|(?P<cited>[^|]*)\|$", re.M)
+
+
+def page_label(path):
+    """How the index names a citing page: the chapter's stage, 'lab NN', or the file name."""
+    relative = os.path.relpath(path, ROOT)
+    parts = relative.split(os.sep)
+    if len(parts) == 2 and re.match(r"\d\d_", parts[0]) and parts[1] == "README.md":
+        label = parts[0][:2]
+    elif parts[:2] == ["docs", "lab-notes"]:
+        label = "lab " + parts[2][:2]
+    else:
+        label = relative
+    return f"[{label}]({os.path.relpath(path, PROFILES)})"
+
+
+def profiles_index(check):
+    """Regenerates the cited-by column of docs/profiles/README.md; returns (stale, problems)."""
+    if not os.path.exists(PROFILES_INDEX):
+        return [], []
+    with open(PROFILES_INDEX) as index_file:
+        text = index_file.read()
+    region = INDEX_REGION.search(text)
+    if not region:
+        return [], ["docs/profiles/README.md: no <!-- profiles:index --> region"]
+    pages = {}
+    for path in glob.glob(os.path.join(ROOT, "**", "*.md"), recursive=True):
+        relative = os.path.relpath(path, ROOT)
+        if relative.split(os.sep)[0] in ("build", ".git", ".deps") or path == PROFILES_INDEX:
+            continue
+        with open(path) as page:
+            pages[path] = page.read()
+    problems, listed = [], set()
+
+    def regenerate(row):
+        path = row["path"]
+        listed.add(path)
+        if not os.path.exists(os.path.join(PROFILES, path)):
+            problems.append(f"docs/profiles/README.md: {path} does not exist")
+        needle = re.compile(r"profiles/" + re.escape(path) + r"(?![\w.-])")
+        cited = sorted(page_label(page) for page, page_text in pages.items()
+                       if needle.search(page_text))
+        if not cited:
+            problems.append(f"docs/profiles/{path}: cited by no page")
+        return f"| [`{path}`]({path}) | {row['claim']} | {', '.join(cited)} |"
+
+    body = INDEX_ROW.sub(regenerate, region["body"])
+    for path in glob.glob(os.path.join(PROFILES, "**", "*"), recursive=True):
+        relative = os.path.relpath(path, PROFILES)
+        if os.path.isfile(path) and path != PROFILES_INDEX and relative not in listed:
+            problems.append(f"docs/profiles/{relative}: missing from docs/profiles/README.md")
+    updated = text[:region.start("body")] + body + text[region.end("body"):]
+    stale = ["docs/profiles/README.md: cited-by column"] if updated != text else []
+    if updated != text and not check:
+        with open(PROFILES_INDEX, "w") as index_file:
+            index_file.write(updated)
+    return stale, problems
+
+
 def parse_shape(text, sweeps):
     if text in sweeps:
         if len(sweeps[text]) != 1:
@@ -468,6 +535,12 @@ def main():
     problems = [] if arguments.files else excerpts.problems(
         sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu")) +
                glob.glob(os.path.join(ROOT, "common", "*.h*"))))
+    if not arguments.files:
+        index_stale, index_problems = profiles_index(arguments.check)
+        stale += index_stale
+        problems += index_problems
+        for entry in index_stale:
+            print(("stale: " if arguments.check else "updated: ") + entry)
     for problem in problems:
         print("error: " + problem)
     if arguments.check and stale:
