@@ -44,6 +44,9 @@ and a chapter shows it between
 when a chapter names an excerpt that no file holds, when an excerpt is longer than
 MAX_EXCERPT_LINES, and when a stage file marks an excerpt that no chapter shows.
 
+A `<!-- symbols:check -->` region (docs/background.md's table of symbols) names code
+identifiers as `name` (NN, NN-NN); each must occur in those stages' attention.cu.
+
 docs/profiles/README.md indexes the profiler evidence: between <!-- profiles:index --> markers,
 rows `| [`PATH`](PATH) | claim | cited by |`; the last column is generated from the pages that
 link docs/profiles/PATH, and a file not in the index, a row without its file, or a file no page
@@ -432,6 +435,28 @@ def profiles_index(check):
     return stale, problems
 
 
+SYMBOLS_REGION = re.compile(r"<!-- symbols:check -->(?P<body>.*?)<!-- /symbols:check -->", re.S)
+SYMBOL_USE = re.compile(r"`(?P<name>[A-Za-z_][A-Za-z_0-9]*)` \((?P<stages>[0-9, -]+)\)")
+
+
+def symbol_problems(path, text):
+    """Every `identifier` (NN, NN-NN) in a symbols:check region must occur in those stages."""
+    problems = []
+    for region in SYMBOLS_REGION.finditer(text):
+        for use in SYMBOL_USE.finditer(region["body"]):
+            stages = []
+            for part in use["stages"].split(","):
+                first, _, last = part.strip().partition("-")
+                stages += range(int(first), int(last or first) + 1)
+            for number in stages:
+                found = glob.glob(os.path.join(ROOT, f"{number:02d}_*", "attention.cu"))
+                source = open(found[0]).read() if found else ""
+                if not re.search(r"\b" + re.escape(use["name"]) + r"\b", source):
+                    problems.append(f"{os.path.relpath(path, ROOT)}: `{use['name']}` is not in "
+                                    f"stage {number:02d}'s attention.cu")
+    return problems
+
+
 def parse_shape(text, sweeps):
     if text in sweeps:
         if len(sweeps[text]) != 1:
@@ -460,7 +485,8 @@ def markdown_files():
             continue
         with open(path) as markdown:
             text = markdown.read()
-            if "<!-- results:" in text or "<!-- value:" in text or "<!-- code:" in text:
+            if any(marker in text for marker in ("<!-- results:", "<!-- value:", "<!-- code:",
+                                                 "<!-- symbols:check")):
                 found.append(path)
     return sorted(found)
 
@@ -497,6 +523,7 @@ def main():
     tables = Tables(arguments.results or default_results(), arguments.sweeps)
     excerpts = Excerpts()
     stale = []
+    all_symbol_errors = []
     for path in files:
         with open(path) as markdown:
             text = markdown.read()
@@ -524,6 +551,7 @@ def main():
             end = match.end("body") - match.start()
             return match.group(0)[:begin] + body + match.group(0)[end:]
 
+        all_symbol_errors.extend(symbol_problems(path, text))
         updated = MARKER.sub(regenerate, text)
         updated = VALUE.sub(regenerate_value, updated)
         updated = CODE.sub(regenerate_code, updated)
@@ -532,7 +560,8 @@ def main():
                 markdown.write(updated)
     for entry in stale:
         print(("stale: " if arguments.check else "updated: ") + entry)
-    problems = [] if arguments.files else excerpts.problems(
+    problems = list(all_symbol_errors)
+    problems += [] if arguments.files else excerpts.problems(
         sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu")) +
                glob.glob(os.path.join(ROOT, "common", "*.h*"))))
     if not arguments.files:
