@@ -374,10 +374,17 @@ class Excerpts:
 
     def problems(self, stage_files):
         found = []
+        everything = {os.path.relpath(path, ROOT): read_excerpts(path) for path in stage_files}
         for path in stage_files:
             relative = os.path.relpath(path, ROOT)
-            for name, lines in read_excerpts(path).items():
-                if (relative, name) not in self.shown:
+            for name, lines in everything[relative].items():
+                # A stage that carries an earlier stage's code verbatim (07's forward is 06's)
+                # carries its markers too, so that the copy stays identical; a copy of an
+                # excerpt another chapter shows needs no chapter of its own.
+                copy_of_shown = any(other != relative and (other, name) in self.shown and
+                                    excerpts.get(name) == lines
+                                    for other, excerpts in everything.items())
+                if (relative, name) not in self.shown and not copy_of_shown:
                     found.append(f"{relative}: excerpt {name} is shown by no chapter")
                 if len(lines) > MAX_EXCERPT_LINES:
                     found.append(f"{relative}: excerpt {name} has {len(lines)} lines "
