@@ -8,7 +8,7 @@ BASELINES := bench/cublas_fp32 bench/cublas_bf16
 SUITES    := $(STAGES) $(BASELINES)
 JOBS      ?= $(shell nproc)
 
-.PHONY: all test bench plots notebook docs docs-check sanitize profile diff clean $(SUITES)
+.PHONY: all test bench plots notebook docs docs-check diagrams sanitize profile diff clean $(SUITES)
 
 all:
 	@$(MAKE) --no-print-directory -j$(JOBS) $(SUITES)
@@ -45,14 +45,22 @@ notebook:
 	@BENCH_REQUIRE_RESULTS=1 python3 -m jupyter nbconvert --to notebook --execute docs/benchmarks.ipynb \
 	  --output-dir build --output benchmarks.ipynb
 
-# Regenerates the results tables between <!-- results:... --> markers in the README and chapters;
-# docs-check fails when one is stale.
+# Regenerates what the chapters and the README do not type by hand: results tables
+# (<!-- results:... -->), numbers in prose (<!-- value:... -->) and code excerpts
+# (<!-- code:... -->, from the stages' // excerpt: markers). docs-check fails when one is
+# stale, and when the diagrams were drawn from other kernel constants.
 docs:
 	@python3 bench/tables.py $(if $(RESULTS),--results $(RESULTS)/results.csv)
 
 docs-check:
 	@python3 bench/tables.py --check $(if $(RESULTS),--results $(RESULTS)/results.csv)
 	@python3 bench/check_forward_copy.py 10_pingpong 11_hopper_backward
+	@python3 docs/diagrams/draw.py --check
+
+# Redraws the chapters' diagrams (docs/diagrams/*.png) from the kernels' constants.
+diagrams:
+	@$(PYTHON_PACKAGES)
+	@python3 docs/diagrams/draw.py
 
 sanitize: all
 	@for stage in $(STAGES); do $(MAKE) --no-print-directory -C $$stage sanitize || exit 1; done

@@ -22,6 +22,7 @@ __device__ __forceinline__ int visible_keys(int row, int len_kv, bool causal) {
     return causal ? min(row + 1, len_kv) : len_kv;
 }
 
+// excerpt: scores
 // One thread per score S[i][j]. Masked scores are never written: the softmax reads only the
 // visible prefix of each row.
 __global__ void scores_kernel(const float* __restrict__ Q, const float* __restrict__ K,
@@ -38,7 +39,9 @@ __global__ void scores_kernel(const float* __restrict__ Q, const float* __restri
         S[(int64_t(bh) * len_q + i) * len_kv + j] = dot * scale;
     }
 }
+// end excerpt
 
+// excerpt: softmax
 // One thread per row: three passes over the row (max, sum of exponentials, normalize).
 __global__ void softmax_kernel(float* __restrict__ S, float* __restrict__ lse, int batch_heads,
                                int len_q, int len_kv, bool causal) {
@@ -60,6 +63,7 @@ __global__ void softmax_kernel(float* __restrict__ S, float* __restrict__ lse, i
     for (int j = 0; j < keys; ++j) row[j] *= inverse_l;
     if (lse) lse[row_index] = m + logf(l);
 }
+// end excerpt
 
 // One thread per output element O[i][d]; threads along d read V coalesced.
 __global__ void pv_kernel(const float* __restrict__ P, const float* __restrict__ V,

@@ -24,6 +24,7 @@ __device__ __forceinline__ int visible_keys(int row, int len_kv, bool causal) {
     return causal ? min(row + 1, len_kv) : len_kv;
 }
 
+// excerpt: block-reduce
 // Tree reduction over the block through shared memory; every thread gets the result.
 template <class Op>
 __device__ float block_reduce(float value, float* scratch, Op op) {
@@ -38,6 +39,7 @@ __device__ float block_reduce(float value, float* scratch, Op op) {
     __syncthreads();  // scratch is reused by the next reduction
     return result;
 }
+// end excerpt
 
 // Dynamic shared memory: the query row, the reduction scratch, the K slice, the score row.
 __global__ void __launch_bounds__(THREADS)
@@ -62,6 +64,7 @@ fused_rowwise_kernel(const float* __restrict__ Q, const float* __restrict__ K,
         for (int d = threadIdx.x; d < head_dim; d += THREADS) q_row[d] = Q[row_index * head_dim + d];
         __syncthreads();
 
+        // excerpt: score-row
         // Scores: thread t owns key j = chunk + t of each chunk of THREADS keys. The chunk's K
         // rows come through shared memory SLICE columns at a time; each warp copies 64-byte
         // segments of two K rows, so the loads are coalesced.
@@ -96,6 +99,7 @@ fused_rowwise_kernel(const float* __restrict__ Q, const float* __restrict__ K,
             local_sum += p;
         }
         const float l = block_reduce(local_sum, scratch, [](float a, float b) { return a + b; });
+        // end excerpt
         // block_reduce ended on a barrier, so every p is visible to every thread now.
 
         // O = P V / l. Threads split into THREADS / head_dim groups over the keys; neighbours

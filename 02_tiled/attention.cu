@@ -101,6 +101,7 @@ tiled_attention_kernel(const float* __restrict__ Q, const float* __restrict__ K,
         const int64_t kv_offset = int64_t(bh) * len_kv * HEAD_DIM;
         load_rows<BLOCK_Q, HEAD_DIM>(q_tile, Q + q_offset, len_q - q_start);
 
+        // excerpt: pass-one
         // Pass 1: m and l of every row. Each tile's max may raise m; l then shrinks by
         // exp(m_old - m_new) before the tile's terms are added (stage 03 derives this rule).
         float m = -INFINITY, l = 0.0f;  // of row threadIdx.x, for the first BLOCK_Q threads
@@ -127,7 +128,9 @@ tiled_attention_kernel(const float* __restrict__ Q, const float* __restrict__ K,
             row_m[threadIdx.x] = m;
             row_l[threadIdx.x] = l;
         }
+        // end excerpt
 
+        // excerpt: pass-two
         // Pass 2: the scores again, now turned straight into normalized P and multiplied by V.
         float o[OUTPUTS] = {};
         for (int kv_start = 0; kv_start < len_kv; kv_start += BLOCK_KV) {
@@ -152,6 +155,7 @@ tiled_attention_kernel(const float* __restrict__ Q, const float* __restrict__ K,
                     o[e] += s[(row0 + e * ROW_STEP) * (BLOCK_KV + 1) + col] * v_value;
             }
         }
+        // end excerpt
 
 #pragma unroll
         for (int e = 0; e < OUTPUTS; ++e) {

@@ -104,6 +104,7 @@ online_softmax_attention_kernel(const float* __restrict__ Q, const float* __rest
         const int64_t kv_offset = int64_t(bh) * len_kv * HEAD_DIM;
         load_rows<BLOCK_Q, HEAD_DIM>(q_tile, Q + q_offset, len_q - q_start);
 
+        // excerpt: tile-max
         // Causal: the last query of the tile sees keys up to q_start + BLOCK_Q - 1, so tiles
         // from there on are masked for every row of the block and are skipped.
         const int kv_end = causal ? min(len_kv, q_start + BLOCK_Q) : len_kv;
@@ -129,7 +130,9 @@ online_softmax_attention_kernel(const float* __restrict__ Q, const float* __rest
                 row_alpha[threadIdx.x] = expf(m - m_new);
                 m = m_new;
             }
+        // end excerpt
             __syncthreads();
+            // excerpt: rescale-and-accumulate
             // P = exp(S - m_new), not yet divided by l: l is only known after the last tile.
             for (int index = threadIdx.x; index < BLOCK_Q * BLOCK_KV; index += THREADS) {
                 const int row = index / BLOCK_KV;
@@ -153,6 +156,7 @@ online_softmax_attention_kernel(const float* __restrict__ Q, const float* __rest
                     o[e] += s[(row0 + e * ROW_STEP) * (BLOCK_KV + 1) + col] * v_value;
             }
         }
+            // end excerpt
         if (threadIdx.x < BLOCK_Q) row_l[threadIdx.x] = l;
         __syncthreads();
 

@@ -76,6 +76,7 @@ __device__ void load_rows(float* tile, const float* source, int rows_left) {
     }
 }
 
+// excerpt: shuffle-reductions
 __device__ __forceinline__ float row_max(float value) {
 #pragma unroll
     for (int offset = 1; offset < LANES_PER_ROW; offset *= 2)
@@ -89,6 +90,7 @@ __device__ __forceinline__ float row_sum(float value) {
         value += __shfl_xor_sync(FULL_MASK, value, offset);
     return value;
 }
+// end excerpt
 
 __device__ __forceinline__ void fma4(float4& acc, float a, const float4& b) {
     acc.x = fmaf(a, b.x, acc.x);
@@ -150,6 +152,7 @@ warp_shuffle_attention_kernel(const float* __restrict__ Q, const float* __restri
                                          len_kv - kv_start);
             __syncthreads();
 
+            // excerpt: register-tile
             // S = Q K^T for the thread's 4 x COLS scores: per 4 dims, 4 + COLS float4 loads
             // feed 16 * COLS FMAs (stage 03: 2 scalar loads per FMA).
             float s[ROWS_PER_THREAD][COLS] = {};
@@ -174,7 +177,9 @@ warp_shuffle_attention_kernel(const float* __restrict__ Q, const float* __restri
                         s[r][c] = fmaf(q4[r].w, k4[c].w, s[r][c]);
                     }
             }
+            // end excerpt
 
+            // excerpt: online-update
             // Only a tile that crosses the end of the keys or the causal diagonal needs a mask.
             const bool needs_mask =
                 kv_start + TILE_KV > len_kv || (causal && kv_start + TILE_KV - 1 > q_start);
@@ -212,7 +217,9 @@ warp_shuffle_attention_kernel(const float* __restrict__ Q, const float* __restri
                     o[r][v].w *= alpha;
                 }
             }
+            // end excerpt
 
+            // excerpt: p-through-shared
             // P goes through shared memory because the P V product needs every key of a row,
             // and a row's keys are spread over 8 lanes. A warp's rows are its own, so a warp
             // barrier suffices. Column 4 * row_group + r of the transposed tile holds row r of
@@ -239,6 +246,7 @@ warp_shuffle_attention_kernel(const float* __restrict__ Q, const float* __restri
                     fma4(o[3][v], p.w, v4);
                 }
             }
+            // end excerpt
         }
 
 #pragma unroll

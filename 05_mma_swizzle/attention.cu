@@ -106,6 +106,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
     cp_async_wait<0>();
     __syncthreads();
 
+    // excerpt: fragments
     // The warp's 16 x HEAD_DIM slice of Q stays in registers as mma A fragments for the whole
     // loop. ldmatrix.x4: lanes 0-15 point at rows 0-15 of the left 8 columns, 16-31 the right.
     uint32_t q_fragment[QK_STEPS][4];
@@ -128,6 +129,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 #pragma unroll
     for (int c = 0; c < 8; ++c)
         v_base[c] = smem_address(v_tile + Tile<HEAD_DIM>::offset(lane % 16, c * 8));
+    // end excerpt
 
     float o_accumulator[O_TILES][4] = {};
     // Two rows per lane: [0] is fragment_row, [1] is fragment_row + 8. row_max is the running
@@ -154,6 +156,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 #pragma unroll
         for (int c = 0; c < 8; ++c) refresh_register(v_base[c]);
 
+        // excerpt: qk-mma
         // S = Q K^T. K is stored [key][dim]: read as rows it is the column-major B operand
         // (dim x key) that mma wants, so no transpose. ldmatrix.x2: lanes 0-7 give the 8 keys
         // at dims step*16..+7, lanes 8-15 the same keys at dims +8..+15.
@@ -167,6 +170,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                 mma_m16n8k16_bf16(s[n], q_fragment[step], b0, b1);
             }
         }
+        // end excerpt
 
         // Mask only where a tile can hold a masked score: past len_kv, or above the diagonal.
         const bool needs_mask =
@@ -206,6 +210,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
             row_sum[r] *= rescale[r];
         }
 
+        // excerpt: p-to-a-operand
         // P = exp(scale * (S - m)), rounded to bf16 and packed as the A operand of O += P V:
         // the accumulator layout of two neighbouring 8-key tiles is exactly the A fragment of
         // one 16-key k-step (tile 2k gives registers 0 and 1, tile 2k+1 registers 2 and 3).
@@ -242,6 +247,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                 mma_m16n8k16_bf16(o_accumulator[d], p_fragment[step], b0, b1);
             }
         }
+        // end excerpt
     }
 
     // Finish l over the quad, normalize, store the rows that exist. LSE = m * scale + ln(l).

@@ -205,6 +205,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
         }
     const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
 
+    // excerpt: pipeline
     for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
         const int kv0 = kv_tile * BLOCK_KV;
         // K_j (and V_j, with two V buffers) has landed: it is the only group in flight. The
@@ -227,6 +228,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             }
             cp_async_commit();
         }
+    // end excerpt
 
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -234,6 +236,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             refresh_register(v_base[c]);
         }
 
+        // excerpt: two-row-tiles
         // S = Q K^T. K is stored [key][dim]: read as rows it is the column-major B operand
         // (dim x key) that mma wants, so no transpose.
         float s[ROW_TILES][S_TILES][4] = {};
@@ -260,6 +263,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
                 }
             }
         }
+        // end excerpt
 
         // Mask only where a tile can hold a masked score: past len_kv, or above the diagonal.
         const bool needs_mask =
@@ -355,6 +359,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
                 }
             }
         }
+        // excerpt: buffer-flip
         const uint32_t k_flip = kv_tile % 2 == 0 ? K_TILE_BYTES : 0u - K_TILE_BYTES;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -362,6 +367,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             if constexpr (Config::V_BUFFERS == 2) v_base[c] += k_flip;  // V tiles: same size
         }
     }
+        // end excerpt
 
     // Finish l over the quad, normalize, store the rows that exist. LSE = m * scale + ln(l).
 #pragma unroll

@@ -220,6 +220,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
         }
     const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
 
+    // excerpt: pipeline
     for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
         const int kv0 = kv_tile * BLOCK_KV;
         // K_j (and V_j, with two V buffers) has landed: it is the only group in flight. The
@@ -242,6 +243,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             }
             cp_async_commit();
         }
+    // end excerpt
 
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -249,6 +251,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             refresh_register(v_base[c]);
         }
 
+        // excerpt: two-row-tiles
         // S = Q K^T. K is stored [key][dim]: read as rows it is the column-major B operand
         // (dim x key) that mma wants, so no transpose.
         float s[ROW_TILES][S_TILES][4] = {};
@@ -275,6 +278,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
                 }
             }
         }
+        // end excerpt
 
         // Mask only where a tile can hold a masked score: past len_kv, or above the diagonal.
         const bool needs_mask =
@@ -370,6 +374,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
                 }
             }
         }
+        // excerpt: buffer-flip
         const uint32_t k_flip = kv_tile % 2 == 0 ? K_TILE_BYTES : 0u - K_TILE_BYTES;
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
@@ -377,6 +382,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             if constexpr (Config::V_BUFFERS == 2) v_base[c] += k_flip;  // V tiles: same size
         }
     }
+        // end excerpt
 
     // Finish l over the quad, normalize, store the rows that exist. LSE = m * scale + ln(l).
 #pragma unroll
@@ -976,6 +982,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         store_row_stats(0);
     }
 
+    // excerpt: loop-top
     int stage = 0;  // (tile - first_tile) % Q_STAGES
     for (int tile = first_tile; tile < q_tile_count; ++tile) {
         const int buffer = (tile - first_tile) % 2;  // of LSE and D
@@ -992,6 +999,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         const float* tile_lse = lse_log2 + buffer * BLOCK_Q;
         float* tile_delta = delta_tiles + buffer * BLOCK_Q;
         const int q0 = tile * BLOCK_Q;
+    // end excerpt
 
         // S = Q K^T and dP = dO V^T, this warp's 32 x 32 of each.
         float s[2][S_TILES][4] = {}, dp[2][S_TILES][4] = {};
@@ -1066,6 +1074,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
             }
             __syncthreads();
         }
+        // excerpt: ds
         // dS = P (dP - D); its scale is applied once, to dK and dQ at the end. P and dS go to
         // shared memory as bf16; rowsum(dS) goes to the workspace with the tile's dQ (below),
         // for the centred dQ.
@@ -1093,6 +1102,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                 sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             }
         __syncthreads();  // P and dS are complete
+        // end excerpt
 
         // dV += P^T dO and dK += dS^T Q: A operands P^T, dS^T read transposed from the tiles.
         auto dv_dk_products = [&](auto with_dv, auto with_dk) {
@@ -1148,6 +1158,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                     }
                 }
             }
+            // excerpt: dq-hand-over
             // This warp's share of the tile's chunk of the accumulator. Rows past len_q add zeros
             // (their P is 0) to padding that convert_dq_kernel never reads.
             float* dq_share = dq_accum + (head * q_tile_count + tile) * int64_t(Tiles::Q_TILE) +
@@ -1185,6 +1196,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                         atomicAdd(dq_share + ((mt * DQ_D_TILES + nt) * 32 + lane) * 4 + i,
                                   dq_acc[mt][nt][i]);
 #endif
+            // end excerpt
             // After the hand-over above: its fence would otherwise wait for these atomics.
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt)
@@ -1195,6 +1207,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                         atomicAdd(ds_rowsum + head * len_q + row, ds_sums[mt][r]);
                 }
         };
+        // excerpt: product-order
         // dV first (its P tile is read by nothing else), then dQ, whose hand-over to the copy
         // engine leaves while the warp still has dK's mma to issue, then dK.
         using yes = std::true_type;
@@ -1211,6 +1224,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         dv_dk_products(no{}, yes{});
 #endif
         if (tile + 1 < q_tile_count) store_row_stats(1 - buffer);
+        // end excerpt
     }
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -18,12 +18,51 @@ NAME is either
 Options: stages=a,b,c (implementations, in that order; default all), pass=fwd|bwd,
 dtype=fp32|bf16, causal=0|1, baseline=NAME.
 
+A number inside a sentence is generated the same way, from one row of the same run:
+
+    <!-- value:IMPLEMENTATION[/DTYPE] SHAPE PASS FIELD -->195.1<!-- /value -->
+    <!-- value:ceiling NAME -->696.0<!-- /value -->
+
+SHAPE is a sweep of one shape (bf16-headline) or BxHxLqxLkxDxCAUSAL (4x8x4096x4096x64x0);
+A value whose implementation has no row at all in the results (a stage newer than the
+committed run) is pending and rendered as "…", like a stage table without results.
+FIELD is median_ms, min_ms, tflops, pct_sol, workspace (bytes in MiB/GiB) or
+speedup=OTHER (OTHER's median over this one's, with a ×) or time_ratio=SHAPE (this
+median over the same implementation's at SHAPE).
+
+Code on the page comes from the stages' files. In a .cu file, one comment line opens an
+excerpt and one closes it:
+
+    // excerpt: NAME
+    ...
+    // end excerpt
+
+and a chapter shows it between
+
+    <!-- code:NN_name/attention.cu#NAME -->
+    <!-- /code:NN_name/attention.cu#NAME -->
+
+(common indentation removed, other excerpt markers inside it dropped). --check also fails
+when a chapter names an excerpt that no file holds, when an excerpt is longer than
+MAX_EXCERPT_LINES, and when a stage file marks an excerpt that no chapter shows (once the
+stage has its README.md).
+
+A `<!-- symbols:check -->` region (docs/background.md's table of symbols) names code
+identifiers as `name` (NN, NN-NN); each must occur in those stages' attention.cu.
+
+docs/profiles/README.md indexes the profiler evidence: between <!-- profiles:index --> markers,
+rows `| [`PATH`](PATH) | claim | cited by |`; the last column is generated from the pages that
+name docs/profiles/PATH (or, for a folder's own README.md, its file name or a glob in
+backticks), and a file not in the index, a row without its file, or a file no page cites is an
+error, unless its claim ends with "(not yet cited)".
+
 usage: bench/tables.py [--results CSV] [--check] [FILE.md ...]
 Without files: every markdown file of the repository that holds a marker. --check rewrites
 nothing and exits 1 when a table differs from what the CSV gives (stale).
 """
 
 import argparse
+import fnmatch
 import csv
 import glob
 import os
@@ -35,6 +74,13 @@ MARKER = re.compile(r"<!-- results:(?P<name>[^\s>]+)(?P<options>[^>]*?)\s*-->\n"
                     r"(?P<body>.*?)<!-- /results:(?P=name) -->", re.S)
 TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_eager"]
 HEADLINES = ["fp32-headline", "bf16-headline"]
+VALUE = re.compile(r"<!-- value:(?P<spec>[^>]*?)\s*-->(?P<body>.*?)<!-- /value -->", re.S)
+CODE = re.compile(r"<!-- code:(?P<name>[^\s>#]+#[^\s>]+)\s*-->\n(?P<body>.*?)"
+                  r"<!-- /code:(?P=name) -->", re.S)
+EXCERPT_BEGIN = re.compile(r"^\s*// excerpt: (?P<name>\S+)\s*$")
+EXCERPT_END = re.compile(r"^\s*// end excerpt\s*$")
+MAX_EXCERPT_LINES = 40
+PENDING = "…"
 FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (halved when causal), "
               "backward 2.5× forward; % of SOL against the measured cuBLAS GEMM of the row's "
               "element type.")
@@ -106,6 +152,7 @@ class Tables:
     def __init__(self, results_path, sweeps_path):
         self.results_path = results_path
         self.rows = read_results(results_path)
+        self.pending = []
         self.sweeps = read_sweeps(sweeps_path)
         gpus = sorted({row["gpu"] for row in self.rows.values()})
         commits = sorted({row["commit"] for row in self.rows.values()})
@@ -142,6 +189,52 @@ class Tables:
         else:
             lines = self.sweep_table(self.sweeps[name], options)
         return "\n".join([self.caption, ""] + lines) + "\n"
+
+    def value(self, spec):
+        words = spec.split()
+        if len(words) == 2 and words[0] == "ceiling":
+            path = os.path.join(os.path.dirname(self.results_path), "ceilings.csv")
+            with open(path, newline="") as ceilings_file:
+                for row in csv.DictReader(ceilings_file):
+                    if row["ceiling"] == words[1]:
+                        return f"{float(row['value']):.1f}"
+            raise SystemExit(f"value:{spec}: no ceiling {words[1]} in {path}")
+        if len(words) != 4:
+            raise SystemExit(f"value:{spec}: want IMPLEMENTATION SHAPE PASS FIELD")
+        implementation, shape_text, pass_name, field = words
+        shape = parse_shape(shape_text, self.sweeps)
+        # A stage newer than the committed run has no row at all yet: its values stay pending
+        # (rendered as an ellipsis) until the next `make bench`, as its results table does.
+        named = [implementation] + ([field.split("=", 1)[1]] if field.startswith("speedup=") else [])
+        if any(not any(key[0] == name.partition("/")[0] for key in self.rows) for name in named):
+            self.pending.append(spec)
+            return PENDING
+
+        def row_of(name, at=shape):
+            stage, _, dtype = name.partition("/")
+            matches = [row for key, row in self.rows.items() if key[0] == stage and
+                       (not dtype or key[1] == dtype) and key[2] == at and key[3] == pass_name]
+            if len(matches) != 1:
+                raise SystemExit(f"value:{spec}: {len(matches)} rows for {name} "
+                                 f"(name the dtype: {stage}/fp32)")
+            if matches[0]["status"] != "ok":
+                raise SystemExit(f"value:{spec}: {name} was {matches[0]['status']}")
+            return matches[0]
+
+        row = row_of(implementation)
+        if field in ("median_ms", "min_ms"):
+            return milliseconds(row[field])
+        if field in ("tflops", "pct_sol"):
+            return one_decimal(row[field])
+        if field == "workspace":
+            return byte_size(row["workspace_bytes"])
+        if field.startswith("time_ratio="):
+            other = row_of(implementation, parse_shape(field.split("=", 1)[1], self.sweeps))
+            return f"{float(row['median_ms']) / float(other['median_ms']):.2f}"
+        if field.startswith("speedup="):
+            other = row_of(field.split("=", 1)[1])
+            return f"{float(other['median_ms']) / float(row['median_ms']):.2f}×"
+        raise SystemExit(f"value:{spec}: unknown field {field}")
 
     def ceilings_table(self):
         path = os.path.join(os.path.dirname(self.results_path), "ceilings.csv")
@@ -222,6 +315,212 @@ class Tables:
         return lines[:-1]
 
 
+def read_excerpts(path):
+    """{name: [lines]} of one source file; raises SystemExit on an unbalanced marker."""
+    excerpts, open_names = {}, []
+    with open(path) as source:
+        for number, line in enumerate(source, 1):
+            begin = EXCERPT_BEGIN.match(line)
+            if begin:
+                name = begin["name"]
+                if name in excerpts or name in open_names:
+                    raise SystemExit(f"{path}:{number}: excerpt {name} marked twice")
+                open_names.append(name)
+                excerpts[name] = []
+                continue
+            if EXCERPT_END.match(line):
+                if not open_names:
+                    raise SystemExit(f"{path}:{number}: '// end excerpt' without an excerpt")
+                open_names.pop()
+                continue
+            for name in open_names:
+                excerpts[name].append(line.rstrip("\n"))
+    if open_names:
+        raise SystemExit(f"{path}: excerpt {open_names[-1]} never ends")
+    return excerpts
+
+
+class Excerpts:
+    """The excerpts of the stages' files, rendered as fenced code blocks."""
+
+    def __init__(self):
+        self.cache = {}
+        self.shown = set()
+
+    def lines(self, reference):
+        relative, _, name = reference.partition("#")
+        path = os.path.join(ROOT, relative)
+        if path not in self.cache:
+            if not os.path.exists(path):
+                raise SystemExit(f"code:{reference}: no file {relative}")
+            self.cache[path] = read_excerpts(path)
+        if name not in self.cache[path]:
+            raise SystemExit(f"code:{reference}: {relative} has no '// excerpt: {name}'")
+        self.shown.add((relative, name))
+        return self.cache[path][name]
+
+    def render(self, reference, markdown_path):
+        lines = self.lines(reference)
+        # Preprocessor lines sit in column 0 and would stop a plain dedent.
+        indents = [len(line) - len(line.lstrip()) for line in lines
+                   if line.strip() and not line.lstrip().startswith("#")]
+        cut = min(indents, default=0)
+        code = "\n".join(line if line.lstrip().startswith("#") else line[cut:]
+                         for line in lines).strip("\n")
+        relative, _, name = reference.partition("#")
+        link = os.path.relpath(os.path.join(ROOT, relative), os.path.dirname(markdown_path))
+        return (f"```cuda\n{code}\n```\n"
+                f"_From [`{relative}`]({link}), excerpt `{name}`; "
+                f"copied by bench/tables.py._\n")
+
+    def problems(self, stage_files):
+        found = []
+        everything = {os.path.relpath(path, ROOT): read_excerpts(path) for path in stage_files}
+        for path in stage_files:
+            relative = os.path.relpath(path, ROOT)
+            for name, lines in everything[relative].items():
+                # A stage that carries an earlier stage's code verbatim (07's forward is 06's)
+                # carries its markers too, so that the copy stays identical; a copy of an
+                # excerpt another chapter shows needs no chapter of its own.
+                copy_of_shown = any(other != relative and (other, name) in self.shown and
+                                    excerpts.get(name) == lines
+                                    for other, excerpts in everything.items())
+                # A stage whose chapter is not written yet may mark its excerpts ahead of it.
+                chapter = os.path.join(ROOT, relative.split(os.sep)[0], "README.md")
+                if not os.path.exists(chapter) and relative.split(os.sep)[0] != "common":
+                    continue
+                if (relative, name) not in self.shown and not copy_of_shown:
+                    found.append(f"{relative}: excerpt {name} is shown by no chapter")
+                if len(lines) > MAX_EXCERPT_LINES:
+                    found.append(f"{relative}: excerpt {name} has {len(lines)} lines "
+                                 f"(at most {MAX_EXCERPT_LINES})")
+        return found
+
+
+PROFILES = os.path.join(ROOT, "docs", "profiles")
+PROFILES_INDEX = os.path.join(PROFILES, "README.md")
+INDEX_REGION = re.compile(r"(<!-- profiles:index -->\n)(?P<body>.*?)(<!-- /profiles:index -->)", re.S)
+INDEX_ROW = re.compile(r"^\| \[`(?P<path>[^`]+)`\]\((?P=path)\) \| (?P<claim>.*?) \|(?P<cited>[^|]*)\|$", re.M)
+
+
+UNCITED_NOTE = "(not yet cited)"
+
+
+def cites(page, page_text, path):
+    """Whether a page names docs/profiles/PATH: by its path, or, in a note inside the file's
+    own folder (docs/profiles/NN_name/README.md), by its name or a glob in backticks."""
+    if re.search(r"profiles/" + re.escape(path) + r"(?![\w.-])", page_text):
+        return True
+    if os.path.dirname(page) == os.path.join(PROFILES, os.path.dirname(path)) and page != PROFILES_INDEX:
+        for token in re.findall(r"`([^`\s]+)`", page_text):
+            if fnmatch.fnmatch(os.path.basename(path), token):
+                return True
+    return False
+
+
+def page_label(path):
+    """How the index names a citing page: the chapter's stage, 'lab NN', or the file name."""
+    relative = os.path.relpath(path, ROOT)
+    parts = relative.split(os.sep)
+    if len(parts) == 2 and re.match(r"\d\d_", parts[0]) and parts[1] == "README.md":
+        label = parts[0][:2]
+    elif parts[:2] == ["docs", "profiles"] and parts[-1] == "README.md":
+        label = "notes of " + parts[2]
+    elif parts[:2] == ["docs", "lab-notes"]:
+        label = "lab " + parts[2][:2]
+    else:
+        label = relative
+    return f"[{label}]({os.path.relpath(path, PROFILES)})"
+
+
+def profiles_index(check):
+    """Regenerates the cited-by column of docs/profiles/README.md; returns (stale, problems)."""
+    if not os.path.exists(PROFILES_INDEX):
+        return [], []
+    with open(PROFILES_INDEX) as index_file:
+        text = index_file.read()
+    region = INDEX_REGION.search(text)
+    if not region:
+        return [], ["docs/profiles/README.md: no <!-- profiles:index --> region"]
+    pages = {}
+    for path in glob.glob(os.path.join(ROOT, "**", "*.md"), recursive=True):
+        relative = os.path.relpath(path, ROOT)
+        if relative.split(os.sep)[0] in ("build", ".git", ".deps") or path == PROFILES_INDEX:
+            continue
+        with open(path) as page:
+            pages[path] = page.read()
+    problems, notes, listed = [], [], set()
+
+    def regenerate(row):
+        path = row["path"]
+        listed.add(path)
+        if not os.path.exists(os.path.join(PROFILES, path)):
+            problems.append(f"docs/profiles/README.md: {path} does not exist")
+        cited = sorted(page_label(page) for page, page_text in pages.items()
+                       if cites(page, page_text, path))
+        if not cited:
+            if row["claim"].rstrip().endswith(UNCITED_NOTE):
+                notes.append(f"docs/profiles/{path}: not yet cited (marked in the index)")
+            else:
+                problems.append(f"docs/profiles/{path}: cited by no page")
+        return f"| [`{path}`]({path}) | {row['claim']} | {', '.join(cited)} |"
+
+    body = INDEX_ROW.sub(regenerate, region["body"])
+    for path in glob.glob(os.path.join(PROFILES, "**", "*"), recursive=True):
+        relative = os.path.relpath(path, PROFILES)
+        if os.path.isfile(path) and os.path.basename(path) != "README.md" and relative not in listed:
+            problems.append(f"docs/profiles/{relative}: missing from docs/profiles/README.md")
+    for note in notes:
+        print("note: " + note)
+    updated = text[:region.start("body")] + body + text[region.end("body"):]
+    stale = ["docs/profiles/README.md: cited-by column"] if updated != text else []
+    if updated != text and not check:
+        with open(PROFILES_INDEX, "w") as index_file:
+            index_file.write(updated)
+    return stale, problems
+
+
+SYMBOLS_REGION = re.compile(r"<!-- symbols:check -->(?P<body>.*?)<!-- /symbols:check -->", re.S)
+SYMBOL_USE = re.compile(r"`(?P<name>[A-Za-z_][A-Za-z_0-9]*)` \((?P<stages>[0-9, -]+)\)")
+
+
+def symbol_problems(path, text):
+    """Every `identifier` (NN, NN-NN) in a symbols:check region must occur in those stages."""
+    problems = []
+    for region in SYMBOLS_REGION.finditer(text):
+        for use in SYMBOL_USE.finditer(region["body"]):
+            stages = []
+            for part in use["stages"].split(","):
+                first, _, last = part.strip().partition("-")
+                stages += range(int(first), int(last or first) + 1)
+            for number in stages:
+                found = glob.glob(os.path.join(ROOT, f"{number:02d}_*", "attention.cu"))
+                source = open(found[0]).read() if found else ""
+                if not re.search(r"\b" + re.escape(use["name"]) + r"\b", source):
+                    problems.append(f"{os.path.relpath(path, ROOT)}: `{use['name']}` is not in "
+                                    f"stage {number:02d}'s attention.cu")
+    return problems
+
+
+def parse_shape(text, sweeps):
+    if text in sweeps:
+        if len(sweeps[text]) != 1:
+            raise SystemExit(f"value: sweep {text} has {len(sweeps[text])} shapes, not one")
+        return sweeps[text][0]
+    fields = text.split("x")
+    if len(fields) != 6:
+        raise SystemExit(f"value: '{text}' is neither a one-shape sweep nor BxHxLqxLkxDxCAUSAL")
+    return tuple(int(field) for field in fields)
+
+
+def byte_size(value):
+    value = float(value)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= size:
+            return f"{value / size:.{0 if value % size == 0 else 1}f} {unit}"
+    return f"{value:.0f} B"
+
+
 def markdown_files():
     found = []
     for path in glob.glob(os.path.join(ROOT, "**", "*.md"), recursive=True):
@@ -230,7 +529,9 @@ def markdown_files():
                 relative.startswith(os.path.join("bench", "results")):
             continue
         with open(path) as markdown:
-            if "<!-- results:" in markdown.read():
+            text = markdown.read()
+            if any(marker in text for marker in ("<!-- results:", "<!-- value:", "<!-- code:",
+                                                 "<!-- symbols:check")):
                 found.append(path)
     return sorted(found)
 
@@ -265,7 +566,9 @@ def main():
         print("tables.py: no markdown file holds a results marker")
         return 0
     tables = Tables(arguments.results or default_results(), arguments.sweeps)
+    excerpts = Excerpts()
     stale = []
+    all_symbol_errors = []
     for path in files:
         with open(path) as markdown:
             text = markdown.read()
@@ -278,16 +581,48 @@ def main():
             end = match.end("body") - match.start()
             return match.group(0)[:begin] + body + match.group(0)[end:]
 
+        def regenerate_value(match):
+            body = tables.value(match["spec"])
+            if body != match["body"]:
+                stale.append(f"{os.path.relpath(path, ROOT)}: value:{match['spec']}")
+            return match.group(0).replace(match["body"] + "<!-- /value -->",
+                                          body + "<!-- /value -->")
+
+        def regenerate_code(match):
+            body = excerpts.render(match["name"], os.path.abspath(path))
+            if body != match["body"]:
+                stale.append(f"{os.path.relpath(path, ROOT)}: code:{match['name']}")
+            begin = match.start("body") - match.start()
+            end = match.end("body") - match.start()
+            return match.group(0)[:begin] + body + match.group(0)[end:]
+
+        all_symbol_errors.extend(symbol_problems(path, text))
         updated = MARKER.sub(regenerate, text)
+        updated = VALUE.sub(regenerate_value, updated)
+        updated = CODE.sub(regenerate_code, updated)
         if not arguments.check and updated != text:
             with open(path, "w") as markdown:
                 markdown.write(updated)
     for entry in stale:
         print(("stale: " if arguments.check else "updated: ") + entry)
+    problems = list(all_symbol_errors)
+    problems += [] if arguments.files else excerpts.problems(
+        sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu")) +
+               glob.glob(os.path.join(ROOT, "common", "*.h*"))))
+    if tables.pending:
+        print(f"tables.py: {len(tables.pending)} value(s) pending: their implementation has no row "
+              f"in {os.path.relpath(tables.results_path, ROOT)} yet (run `make bench`)")
+    if not arguments.files:
+        index_stale, index_problems = profiles_index(arguments.check)
+        stale += index_stale
+        problems += index_problems
+        for entry in index_stale:
+            print(("stale: " if arguments.check else "updated: ") + entry)
+    for problem in problems:
+        print("error: " + problem)
     if arguments.check and stale:
-        print("tables.py: run `python3 bench/tables.py` to regenerate them")
-        return 1
-    return 0
+        print("tables.py: run `make docs` (python3 bench/tables.py) to regenerate them")
+    return 1 if problems or (arguments.check and stale) else 0
 
 
 if __name__ == "__main__":

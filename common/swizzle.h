@@ -6,6 +6,7 @@
 // i.e. to 8 different groups of 4 banks. Pure index arithmetic, usable on host and device.
 #pragma once
 
+// excerpt: swizzle
 template <int ROW_ELEMENTS, bool SWIZZLED = true>
 struct TileLayout {
     static_assert(ROW_ELEMENTS == 64 || ROW_ELEMENTS == 128, "rows of 64 or 128 bf16");
@@ -22,3 +23,4 @@ struct TileLayout {
                column % CHUNK_ELEMENTS;
     }
 };
+// end excerpt

@@ -1,0 +1,523 @@
+#!/usr/bin/env python3
+"""Draws the chapters' diagrams from the constants the kernels use.
+
+Every size in a picture (tile sizes, warps, lanes per row, pipeline buffers, the swizzle) is
+read from the stages' source files, so a changed tile size changes the picture. The constants
+read are written to constants.json beside the images; `--check` (run by `make docs-check`)
+parses the sources again and fails when they no longer match the committed images.
+
+usage: docs/diagrams/draw.py            redraw every PNG of docs/diagrams/ (needs matplotlib)
+       docs/diagrams/draw.py --check    exit 1 when the sources' constants changed (no matplotlib)
+"""
+
+import json
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MANIFEST = os.path.join(HERE, "constants.json")
+
+
+def source(path):
+    with open(os.path.join(ROOT, path)) as handle:
+        return handle.read()
+
+
+def integer(path, pattern):
+    """The first group of `pattern` in `path` as an int; fails loudly when it is gone."""
+    match = re.search(pattern, source(path))
+    if not match:
+        raise SystemExit(f"draw.py: '{pattern}' not found in {path}: update the parser")
+    return int(match.group(1))
+
+
+def constants():
+    """Everything the pictures depend on, read from the kernels' files."""
+    found = {}
+    for stage in ("02_tiled", "03_online_softmax"):
+        path = f"{stage}/attention.cu"
+        found[stage] = {
+            "BLOCK_Q": integer(path, r"constexpr int BLOCK_Q = (\d+);"),
+            "BLOCK_KV": integer(path, r"constexpr int BLOCK_KV = (\d+);"),
+            "THREADS": integer(path, r"constexpr int THREADS = (\d+);"),
+        }
+    path = "04_warp_shuffle/attention.cu"
+    found["04_warp_shuffle"] = {
+        "BLOCK_Q": integer(path, r"#define \w*BLOCK_Q (\d+)"),
+        "ROWS_PER_THREAD": integer(path, r"constexpr int ROWS_PER_THREAD = (\d+);"),
+        "LANES_PER_ROW": integer(path, r"constexpr int LANES_PER_ROW = (\d+);"),
+        "BLOCK_KV_D64": integer(path, r"BLOCK_KV = HEAD_DIM <= 64 \? (\d+) : \d+;"),
+    }
+    path = "05_mma_swizzle/attention.cu"
+    found["05_mma_swizzle"] = {
+        "WARPS": integer(path, r"constexpr int WARPS = (\d+);"),
+        "ROWS_PER_WARP": integer(path, r"constexpr int ROWS_PER_WARP = (\d+);"),
+        "BLOCK_KV": integer(path, r"constexpr int BLOCK_KV = (\d+);"),
+    }
+    swizzle = re.search(r"return SWIZZLED \? \(([^)]*\([^)]*\))\) : chunk;", source("common/swizzle.h"))
+    if not swizzle:
+        raise SystemExit("draw.py: the swizzle expression of common/swizzle.h changed: update the parser")
+    found["swizzle"] = {"chunk_slot": swizzle.group(1),
+                        "CHUNK_ELEMENTS": integer("common/swizzle.h",
+                                                  r"CHUNK_ELEMENTS = (\d+);")}
+    path = "06_pipelined/attention.cu"
+    tiling = re.search(r"using Tiling128 = Tiling<128, (\d+), (\d+), (\d+), \d+, (\w+)", source(path))
+    if not tiling:
+        raise SystemExit(f"draw.py: the Tiling128 line of {path} changed: update the parser")
+    v_buffers = tiling.group(4)
+    if not v_buffers.isdigit():
+        v_buffers = integer(path, rf"#define {v_buffers} (\d+)")
+    found["06_pipelined"] = {
+        "WARPS": int(tiling.group(1)), "ROW_TILES": int(tiling.group(2)),
+        "BLOCK_KV": int(tiling.group(3)), "V_BUFFERS": int(v_buffers),
+        "K_BUFFERS": 2 if "[2][BLOCK_KV][HEAD_DIM]" in source(path) else 1,
+    }
+    path = "07_backward/attention.cu"
+    one_pass = re.search(r"OnePassTiles<HEAD_DIM, HEAD_DIM == 64 \? (\d+) : (\d+), (\d+), (\d+)>>;",
+                         source(path))
+    if not one_pass:
+        raise SystemExit(f"draw.py: the one-pass tiling of {path} changed: update the parser")
+    found["07_backward"] = {
+        "BLOCK_Q_D128": int(one_pass.group(2)), "BLOCK_KV": int(one_pass.group(3)),
+        "WARPS": int(one_pass.group(4)),
+    }
+    return found
+
+
+# ---- drawing ---------------------------------------------------------------------------
+
+def setup():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    plt.rcParams.update({"font.size": 10, "savefig.dpi": 130, "savefig.bbox": "tight"})
+    return plt
+
+
+QUERY_COLOUR, KEY_COLOUR, VALUE_COLOUR, STATE_COLOUR = "#4c72b0", "#dd8452", "#55a868", "#c44e52"
+
+
+def save(plt, figure, name):
+    figure.savefig(os.path.join(HERE, name))
+    plt.close(figure)
+    print(f"wrote docs/diagrams/{name}")
+
+
+def tiling(plt, found, stage, name):
+    """The score matrix of one head in tiles: which block owns which rows, and in which order
+    it visits the K/V tiles (02: two passes; 03: one pass, causal tiles skipped)."""
+    from matplotlib.patches import Rectangle, FancyArrowPatch
+    block_q, block_kv = found[stage]["BLOCK_Q"], found[stage]["BLOCK_KV"]
+    length = 8 * block_kv  # an example length: 8 KV tiles
+    q_tiles, kv_tiles = length // block_q, length // block_kv
+    one_pass = stage == "03_online_softmax"
+    figure, axis = plt.subplots(figsize=(9.5, 5.4))
+    for row in range(q_tiles):
+        for col in range(kv_tiles):
+            x, y = col * block_kv, row * block_q
+            skipped = one_pass and x > (row + 1) * block_q - 1
+            colour = "#eeeeee" if skipped else ("#c6d7ee" if row == 1 else "white")
+            axis.add_patch(Rectangle((x, y), block_kv, block_q, facecolor=colour,
+                                     edgecolor="#555555", linewidth=0.8))
+            if row == 1 and not skipped:
+                axis.text(x + block_kv / 2, y + block_q * 0.3, str(col + 1), ha="center",
+                          va="center", fontsize=9, color="#1a3d6d")
+    if one_pass:
+        axis.plot([0, length], [0, length], color=STATE_COLOUR, linewidth=1, linestyle="--")
+        axis.text(length * 0.78, block_q * 0.5, "causal diagonal (dashed);\ngrey tiles: skipped\nwhen causal",
+                  color=STATE_COLOUR, fontsize=9, ha="center", va="center")
+    arrow = FancyArrowPatch((0, 1.65 * block_q), (kv_tiles * block_kv if not one_pass else
+                                                   2 * block_q, 1.65 * block_q),
+                            arrowstyle="-|>", mutation_scale=14, color="#1a3d6d", linewidth=1.5)
+    axis.add_patch(arrow)
+    axis.set_xlim(-block_kv * 2.6, length + 2)
+    axis.set_ylim(length + block_q * 0.1, -block_q * 1.1)
+    axis.set_aspect("equal")
+    axis.set_xticks([k * block_kv for k in range(kv_tiles + 1)])
+    axis.set_yticks([q * block_q for q in range(q_tiles + 1)])
+    axis.tick_params(labelsize=8)
+    axis.set_xlabel(f"key index j  (tiles of BLOCK_KV = {block_kv})")
+    axis.set_ylabel(f"query index i  (tiles of BLOCK_Q = {block_q})")
+    for row in range(q_tiles):
+        axis.text(-block_kv * 0.3, row * block_q + block_q / 2, f"block {row}", ha="right",
+                  va="center", fontsize=8, color="#1a3d6d" if row == 1 else "#555555")
+    axis.text(-block_kv * 2.5, -block_q * 0.55,
+              f"S for one head, L = {length}; one thread block per row of tiles "
+              f"({found[stage]['THREADS']} threads)", fontsize=9, ha="left")
+    if one_pass:
+        title = ("03: one pass. Block 1 visits its K/V tiles left to right once; after each tile "
+                 "it updates m, l and O\n(rescaled by exp(m_old - m_new)); O is divided by l "
+                 "after the last tile")
+    else:
+        title = ("02: two passes. Block 1 visits every K tile once for m and l (pass 1), then "
+                 "every K and V tile again\nfor P = exp(S - m) / l and O += P V (pass 2); "
+                 "the numbers are the visit order of one pass")
+    axis.set_title(title, fontsize=9.5, loc="left")
+    save(plt, figure, name)
+
+
+def register_tiling(plt, found):
+    """04: which scores of the S tile one thread owns, and the butterfly over the 8 lanes."""
+    from matplotlib.patches import Rectangle, FancyArrowPatch
+    constants_04 = found["04_warp_shuffle"]
+    block_q, rows, lanes = (constants_04["BLOCK_Q"], constants_04["ROWS_PER_THREAD"],
+                            constants_04["LANES_PER_ROW"])
+    block_kv = constants_04["BLOCK_KV_D64"]
+    row_groups = block_q // rows
+    figure, (left, right) = plt.subplots(1, 2, figsize=(13, 6.2),
+                                         gridspec_kw={"width_ratios": [1.25, 1], "wspace": 0.35})
+    palette = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3",
+               "#8c8c8c"]
+    # Owner of S[row][col]: row group row % ROW_GROUPS, lane col % LANES_PER_ROW. Colour the
+    # cells of row group 0 by lane, and mark the cells of thread (group 0, lane 0).
+    for row in range(block_q):
+        for col in range(block_kv):
+            group, lane = row % row_groups, col % lanes
+            in_warp = group < 32 // lanes  # row groups of warp 0
+            colour = palette[lane % len(palette)] if in_warp else "#f2f2f2"
+            alpha = (0.9 if group == 0 else 0.35) if in_warp else 1.0
+            left.add_patch(Rectangle((col, row), 1, 1, facecolor=colour, alpha=alpha,
+                                     edgecolor="white", linewidth=0.3))
+            if group == 0 and lane == 0:
+                left.text(col + 0.5, row + 0.5, "x", ha="center", va="center", fontsize=6.5,
+                          color="black", fontweight="bold")
+    left.set_xlim(0, block_kv)
+    left.set_ylim(block_q, 0)
+    left.set_aspect("equal")
+    left.set_xlabel(f"key in the KV tile (BLOCK_KV = {block_kv} at D = 64)")
+    left.set_ylabel(f"query row in the tile (BLOCK_Q = {block_q})")
+    left.set_title(f"The S tile: row group g owns rows g + {row_groups}·r (r < {rows}); lane c of "
+                   f"the group\nowns keys c + {lanes}·k. Coloured: warp 0 (row groups 0-{32 // lanes - 1}; "
+                   f"group 0 darker), one colour\nper lane; x: the {rows} x {block_kv // lanes} "
+                   f"scores of one thread (group 0, lane 0)", fontsize=9, loc="left")
+    # The butterfly: log2(lanes) steps of __shfl_xor_sync over the lanes of one row.
+    steps = []
+    offset = 1
+    while offset < lanes:
+        steps.append(offset)
+        offset *= 2
+    for step_index in range(len(steps) + 1):
+        y = step_index
+        for lane in range(lanes):
+            right.add_patch(Rectangle((lane - 0.35, y - 0.3), 0.7, 0.6,
+                                      facecolor=palette[lane % len(palette)], alpha=0.85))
+            width = 2 ** step_index
+            first = lane - lane % width
+            right.text(lane, y, f"{first}-{first + width - 1}" if width > 1 else str(lane),
+                       ha="center", va="center", fontsize=7.5, color="white")
+        if step_index < len(steps):
+            offset = steps[step_index]
+            for lane in range(lanes):
+                partner = lane ^ offset
+                right.add_patch(FancyArrowPatch((partner, y + 0.32), (lane, y + 0.68),
+                                                arrowstyle="-|>", mutation_scale=7,
+                                                color="#444444", linewidth=0.7))
+            right.text(lanes - 0.2, y + 0.5, f"__shfl_xor_sync(..., {offset})", fontsize=8.5,
+                       va="center")
+    right.set_xlim(-0.6, lanes + 2.6)
+    right.set_ylim(len(steps) + 0.6, -0.6)
+    right.set_xticks(range(lanes))
+    right.set_xlabel("lane of the row group")
+    right.set_yticks(range(len(steps) + 1))
+    right.set_yticklabels(["own partial max"] + [f"after step {k + 1}" for k in range(len(steps))])
+    right.set_title(f"row_max / row_sum: {len(steps)} shuffles combine the {lanes} lanes of a "
+                    f"row;\neach box says whose partial values a lane has combined",
+                    fontsize=9, loc="left")
+    for spine in right.spines.values():
+        spine.set_visible(False)
+    save(plt, figure, "04_register_tiling.png")
+
+
+def mma_fragments(plt):
+    """05: the operands of mma.sync.m16n8k16 and which lane holds which element (PTX ISA)."""
+    from matplotlib.patches import Rectangle
+    figure, axes = plt.subplots(1, 3, figsize=(14, 5.6), gridspec_kw={"width_ratios": [16, 8, 8]})
+
+    def draw(axis, rows, cols, owner, title):
+        for row in range(rows):
+            for col in range(cols):
+                lane, register = owner(row, col)
+                quad = lane // 4
+                colour = plt.cm.tab10(quad % 10)
+                axis.add_patch(Rectangle((col, row), 1, 1, facecolor=colour, alpha=0.25 + 0.1 * (lane % 4),
+                                         edgecolor="white", linewidth=0.5))
+                axis.text(col + 0.5, row + 0.5, f"{lane}\n{register}", ha="center", va="center",
+                          fontsize=5.8)
+        axis.set_xlim(0, cols)
+        axis.set_ylim(rows, 0)
+        axis.set_aspect("equal")
+        axis.set_xticks(range(0, cols + 1, 8))
+        axis.set_yticks(range(0, rows + 1, 8))
+        axis.set_title(title, fontsize=9.5, loc="left")
+
+    # A (16 x 16, row major): register pair 0-1 rows g, cols 2t..; 2-3 rows g + 8; 4-5 cols + 8;
+    # 6-7 both. g = lane / 4, t = lane % 4; one bf16 per half of a 32-bit register.
+    def a_owner(row, col):
+        lane = (row % 8) * 4 + (col % 8) // 2
+        register = (row // 8) + 2 * (col // 8)
+        return lane, f"a{register}.{col % 2}"
+
+    def b_owner(k, n):  # B (16 x 8, "col": k along rows here)
+        lane = n * 4 + (k % 8) // 2
+        return lane, f"b{k // 8}.{k % 2}"
+
+    def c_owner(row, col):  # C/D (16 x 8, FP32)
+        lane = (row % 8) * 4 + col // 2
+        return lane, f"c{2 * (row // 8) + col % 2}"
+
+    draw(axes[0], 16, 16, a_owner, "A = 16 x 16 bf16 (Q or P): four 32-bit registers a0..a3\n"
+         "per lane, two bf16 each (.0, .1)")
+    draw(axes[1], 16, 8, b_owner, "B = 16 x 8 bf16 (K^T or V):\nb0, b1 per lane")
+    draw(axes[2], 16, 8, c_owner, "C, D = 16 x 8 FP32 (S or O):\nc0..c3 per lane")
+    axes[0].set_xlabel("k")
+    axes[0].set_ylabel("m (row)")
+    axes[1].set_xlabel("n")
+    axes[1].set_ylabel("k")
+    axes[2].set_xlabel("n")
+    axes[2].set_ylabel("m (row)")
+    figure.suptitle("mma.sync.m16n8k16: D = A B + C, one warp. Each cell: the lane that holds it "
+                    "and the register (.0/.1: low/high bf16 half).\nLane 4g + t holds, in A and C, "
+                    "rows g and g + 8, columns 2t, 2t + 1 (+8); in B, column g, rows 2t, 2t + 1 "
+                    "(+8). Colour = g", fontsize=10)
+    save(plt, figure, "05_mma_fragments.png")
+
+
+def ldmatrix_lanes(plt, found):
+    """05: ldmatrix.x4 loading the warp's 16 x 16 A tile of Q: which lane gives which row
+    address, and which register each 8 x 8 matrix lands in."""
+    from matplotlib.patches import Rectangle
+    chunk = found["swizzle"]["CHUNK_ELEMENTS"]
+    figure, axis = plt.subplots(figsize=(9, 6.4))
+    colours = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
+    for lane in range(32):
+        # The address the kernel gives: row lane % 16, column (lane / 16) * 8.
+        row, col_chunk = lane % 16, lane // 16
+        matrix = lane // 8
+        axis.add_patch(Rectangle((col_chunk * chunk, row), chunk, 1, facecolor=colours[matrix],
+                                 alpha=0.55, edgecolor="white"))
+        axis.text(col_chunk * chunk + chunk / 2, row + 0.5, f"lane {lane}", ha="center",
+                  va="center", fontsize=8)
+    for matrix in range(4):
+        row0, col0 = 8 * (matrix % 2), chunk * (matrix // 2)
+        axis.add_patch(Rectangle((col0, row0), chunk, 8, fill=False, edgecolor="black",
+                                 linewidth=1.6))
+        left = matrix < 2
+        axis.text(-0.3 if left else 2 * chunk + 0.3, row0 + 4,
+                  f"matrix {matrix}\n(lanes {8 * matrix}-{8 * matrix + 7})\n-> register a{matrix}",
+                  ha="right" if left else "left", va="center", fontsize=9,
+                  color=colours[matrix], fontweight="bold")
+    axis.set_xlim(-5, 2 * chunk + 5)
+    axis.set_ylim(16, 0)
+    axis.set_xticks([0, chunk, 2 * chunk])
+    axis.set_yticks(range(0, 17, 4))
+    axis.set_xlabel("column of the warp's 16 x 16 slice of Q (bf16); one box = one 16-byte row "
+                    "of an 8 x 8 matrix")
+    axis.set_ylabel("row")
+    for spine in ("top", "right", "left"):
+        axis.spines[spine].set_visible(False)
+    axis.set_title("05: ldmatrix.x4 for the A operand. Each lane gives the shared-memory address "
+                   "of one box\n(row lane % 16, column (lane / 16) · 8); the warp receives the "
+                   "four matrices in the mma layout:\nregister i of lane l holds row l / 4, "
+                   "columns 2(l % 4) and 2(l % 4) + 1 of matrix i", fontsize=9.5, loc="left")
+    save(plt, figure, "05_ldmatrix_lanes.png")
+
+
+def swizzle_banks(plt, found):
+    """05: the bank groups of the 8 rows one ldmatrix 8x8 read touches, plain and swizzled."""
+    from matplotlib.patches import Rectangle
+    expression = found["swizzle"]["chunk_slot"]
+    chunk = found["swizzle"]["CHUNK_ELEMENTS"]
+    head_dim = 64
+    chunks = head_dim // chunk
+
+    def slot(row, column_chunk, swizzled):
+        if not swizzled:
+            return column_chunk
+        return eval(expression, {}, {"row": row, "chunk": column_chunk})  # the header's formula
+
+    figure, axes = plt.subplots(1, 2, figsize=(13, 5.2))
+    for axis, swizzled in zip(axes, (False, True)):
+        for row in range(8):
+            for column_chunk in range(chunks):
+                position = slot(row, column_chunk, swizzled)
+                read = column_chunk == 0
+                axis.add_patch(Rectangle((position, row), 1, 1,
+                                         facecolor="#c44e52" if read else "#dddddd",
+                                         alpha=0.85 if read else 1.0, edgecolor="white",
+                                         linewidth=1.5))
+                axis.text(position + 0.5, row + 0.5, f"chunk {column_chunk}", ha="center",
+                          va="center", fontsize=7.5, color="white" if read else "#333333")
+        banks = sorted({4 * slot(row, 0, swizzled) for row in range(8)})
+        axis.set_xlim(0, chunks)
+        axis.set_ylim(8, 0)
+        axis.set_xticks([k + 0.5 for k in range(chunks)])
+        axis.set_xticklabels([f"banks\n{4 * k}-{4 * k + 3}" for k in range(chunks)], fontsize=7.5)
+        axis.set_yticks([r + 0.5 for r in range(8)])
+        axis.set_yticklabels([f"row {r}" for r in range(8)])
+        ways = 8 // len(banks)
+        axis.set_title(("plain: chunk c of every row in slot c" if not swizzled else
+                        f"swizzled: chunk c of row r in slot {expression.replace('chunk', 'c').replace('row', 'r')}")
+                       + f"\nreading chunk 0 of rows 0-7 (red): {len(banks)} bank group"
+                       f"{'s' if len(banks) > 1 else ''}, "
+                       + (f"{ways}-way conflict" if ways > 1 else "no conflict"),
+                       fontsize=9.5, loc="left")
+    figure.suptitle(f"05: where the 16-byte chunks of a bf16 tile row land in shared memory "
+                    f"(D = {head_dim}: a row is 128 bytes, all 32 banks once)", fontsize=10)
+    save(plt, figure, "05_swizzle_banks.png")
+
+
+def pipeline(plt, found):
+    """06: the cp.async schedule against stage 05's load-then-compute, per KV tile (schematic)."""
+    from matplotlib.patches import Rectangle
+    constants_06 = found["06_pipelined"]
+    tiles = 4
+    load, qk, softmax, pv = 1.2, 1.3, 1.1, 1.3
+    figure, axes = plt.subplots(2, 1, figsize=(13, 4.8), sharex=True)
+
+    def box(axis, x, y, width, label, colour):
+        axis.add_patch(Rectangle((x, y - 0.32), width, 0.64, facecolor=colour, alpha=0.8,
+                                 edgecolor="white"))
+        axis.text(x + width / 2, y, label, ha="center", va="center", fontsize=7, color="white")
+
+    # 05: load tile j, wait, compute tile j.
+    x = 0.0
+    for j in range(tiles):
+        box(axes[0], x, 1, load, f"K{j}, V{j}", KEY_COLOUR)
+        x += load + 0.15
+        box(axes[0], x, 0, qk, f"S = Q K{j}^T", QUERY_COLOUR)
+        box(axes[0], x + qk, 0, softmax, "softmax", STATE_COLOUR)
+        box(axes[0], x + qk + softmax, 0, pv, f"O += P V{j}", VALUE_COLOUR)
+        x += qk + softmax + pv + 0.15
+    end_05 = x
+    # 06: the prologue loads tile 0; each iteration issues tile j + 1 and then computes tile j.
+    box(axes[1], 0, 1, load, "K0, V0", KEY_COLOUR)
+    x = load + 0.15
+    for j in range(tiles):
+        if j + 1 < tiles:
+            box(axes[1], x, 1, load, f"K{j + 1}, V{j + 1}", KEY_COLOUR)
+        box(axes[1], x, 0, qk, f"S = Q K{j}^T", QUERY_COLOUR)
+        box(axes[1], x + qk, 0, softmax, "softmax", STATE_COLOUR)
+        box(axes[1], x + qk + softmax, 0, pv, f"O += P V{j}", VALUE_COLOUR)
+        x += qk + softmax + pv
+        axes[1].axvline(x, color="#333333", linewidth=0.8, linestyle=":")
+        x += 0.15
+    for axis, title in ((axes[0], "05: load, wait, compute: the copy engine and the tensor cores "
+                                  "take turns"),
+                        (axes[1], f"06: while tile j is computed, the cp.async group of tile j + 1 "
+                                  f"is in flight ({constants_06['K_BUFFERS']} K buffers, "
+                                  f"{constants_06['V_BUFFERS']} V buffer"
+                                  f"{'s' if constants_06['V_BUFFERS'] > 1 else ''}); "
+                                  "dotted: cp.async.wait_group 0 + __syncthreads")):
+        axis.set_yticks([0, 1])
+        axis.set_yticklabels(["warps (mma, softmax)", "cp.async in flight"])
+        axis.set_ylim(-0.6, 1.6)
+        axis.set_title(title, fontsize=9.5, loc="left")
+        for spine in ("top", "right"):
+            axis.spines[spine].set_visible(False)
+    axes[1].set_xlim(0, end_05 + 0.2)
+    axes[1].set_xticks([])
+    axes[1].set_xlabel("time (schematic: lengths are not measured; the chapter's profile gives "
+                       "the real stalls)")
+    save(plt, figure, "06_pipeline.png")
+
+
+def backward_loop(plt, found):
+    """07: a block owns a KV tile and walks the query tiles; dK, dV stay in registers, dQ is
+    added to an FP32 accumulator in device memory."""
+    from matplotlib.patches import Rectangle, FancyArrowPatch
+    constants_07 = found["07_backward"]
+    block_q, block_kv = constants_07["BLOCK_Q_D128"], constants_07["BLOCK_KV"]
+    length = 6 * block_kv
+    q_tiles, kv_tiles = length // block_q, length // block_kv
+    owner = 2  # the KV tile of the highlighted block
+    figure, axis = plt.subplots(figsize=(11, 7))
+    for row in range(q_tiles):
+        for col in range(kv_tiles):
+            x, y = col * block_kv, row * block_q
+            skipped = x > (row + 1) * block_q - 1
+            mine = col == owner and not skipped
+            colour = "#eeeeee" if skipped else ("#f3c9a6" if mine else "white")
+            axis.add_patch(Rectangle((x, y), block_kv, block_q, facecolor=colour,
+                                     edgecolor="#555555", linewidth=0.8))
+    axis.plot([0, length], [0, length], color=STATE_COLOUR, linewidth=1, linestyle="--")
+    first_row = (owner * block_kv) // block_q
+    column_x = owner * block_kv
+    axis.add_patch(FancyArrowPatch((column_x + block_kv * 0.5, first_row * block_q + block_q * 0.2),
+                                   (column_x + block_kv * 0.5, length - block_q * 0.2),
+                                   arrowstyle="-|>", mutation_scale=16, color="#8c4a12",
+                                   linewidth=2))
+    axis.text(column_x - block_kv * 0.1, first_row * block_q + block_q * 0.5,
+              "per visited tile, on chip:\nS = QKᵀ, P = exp(S - LSE),\ndP = dO Vᵀ, "
+              "dS = P(dP - D)", ha="right", va="center", fontsize=8, color="#8c4a12",
+              bbox={"facecolor": "white", "edgecolor": "#8c4a12", "alpha": 0.95})
+    # dK, dV: the owning block's registers, stored once.
+    axis.add_patch(Rectangle((column_x, length + block_q * 0.5), block_kv, block_q * 0.9,
+                             facecolor="#f3c9a6", edgecolor="#8c4a12", linewidth=1.2))
+    axis.text(column_x + block_kv / 2, length + block_q * 0.95, "dK, dV", ha="center",
+              va="center", fontsize=9, color="#8c4a12", fontweight="bold")
+    axis.text(column_x + block_kv * 1.1, length + block_q * 0.95,
+              "dK += dSᵀQ, dV += PᵀdO: registers for the\nwhole walk, stored once at its end",
+              ha="left", va="center", fontsize=8, color="#8c4a12")
+    # dQ: each visited query tile gets a partial dQ added to the FP32 accumulator.
+    accumulator_x = length + block_kv * 1.4
+    for row in range(q_tiles):
+        axis.add_patch(Rectangle((accumulator_x, row * block_q), block_kv * 0.5, block_q,
+                                 facecolor="#c6d7ee", edgecolor="#555555", linewidth=0.8))
+        if row >= first_row:
+            axis.add_patch(FancyArrowPatch((column_x + block_kv, row * block_q + block_q / 2),
+                                           (accumulator_x, row * block_q + block_q / 2),
+                                           arrowstyle="-|>", mutation_scale=8,
+                                           color="#1a3d6d", linewidth=0.6, alpha=0.7))
+    axis.text(accumulator_x + block_kv * 0.25, -block_q * 0.25,
+              "dQ (FP32,\ndevice memory)", ha="center", va="bottom", fontsize=8.5, color="#1a3d6d")
+    axis.text(accumulator_x + block_kv * 0.6, length / 2,
+              "dQ += dS K from\nevery KV block:\nHopper: cp.reduce.\nasync.bulk;\nbefore: atomicAdd;\n"
+              "then one kernel\nrounds it to bf16", fontsize=8, color="#1a3d6d", ha="left",
+              va="center")
+    axis.set_xlim(-2, accumulator_x + block_kv * 1.9)
+    axis.set_ylim(length + block_q * 1.6, -block_q * 1.2)
+    axis.set_aspect("equal")
+    axis.set_xticks([k * block_kv for k in range(kv_tiles + 1)])
+    axis.set_yticks([q * block_q for q in range(0, q_tiles + 1, 2)])
+    axis.tick_params(labelsize=8)
+    axis.set_xlabel(f"key index j  (one block per KV tile of {block_kv} keys, {constants_07['WARPS']} warps)")
+    axis.set_ylabel(f"query index i  (tiles of {block_q} queries at D = 128)")
+    axis.set_title("07: the backward's loop order, causal, one head. dK and dV sum over queries: "
+                   "the block that owns the keys\nkeeps them. dQ sums over keys: every block "
+                   "contributes, so it is gathered in device memory. Grey: above the diagonal, skipped",
+                   fontsize=9.5, loc="left")
+    save(plt, figure, "07_backward_loop.png")
+
+
+def main():
+    found = constants()
+    if "--check" in sys.argv[1:]:
+        with open(MANIFEST) as handle:
+            committed = json.load(handle)
+        if committed != found:
+            print("stale: docs/diagrams/*.png were drawn from other kernel constants; "
+                  "run `python3 docs/diagrams/draw.py` and look at the images")
+            for key in sorted(set(found) | set(committed)):
+                if found.get(key) != committed.get(key):
+                    print(f"  {key}: images {committed.get(key)}, sources {found.get(key)}")
+            return 1
+        return 0
+    plt = setup()
+    tiling(plt, found, "02_tiled", "02_tiling.png")
+    tiling(plt, found, "03_online_softmax", "03_online_loop.png")
+    register_tiling(plt, found)
+    mma_fragments(plt)
+    ldmatrix_lanes(plt, found)
+    swizzle_banks(plt, found)
+    pipeline(plt, found)
+    backward_loop(plt, found)
+    with open(MANIFEST, "w") as handle:
+        json.dump(found, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
