@@ -83,6 +83,7 @@ def constants():
         "BLOCK_Q_D128": int(one_pass.group(2)), "BLOCK_KV": int(one_pass.group(3)),
         "WARPS": int(one_pass.group(4)),
     }
+    hopper_constants(found)
     return found
 
 
@@ -491,6 +492,226 @@ def backward_loop(plt, found):
     save(plt, figure, "07_backward_loop.png")
 
 
+# ---- the Hopper stages (08-11) ------------------------------------------------------------
+
+def hopper_tiling(path, alias):
+    """The template arguments of `using ALIAS = Tiling<...>;` in a Hopper stage's file."""
+    match = re.search(rf"using {alias} = Tiling<([\d, ]+)>;", source(path))
+    if not match:
+        raise SystemExit(f"draw.py: the {alias} line of {path} changed: update the parser")
+    return [int(value) for value in match.group(1).split(",")]
+
+
+def hopper_constants(found):
+    head_dim, warpgroups, block_kv, stages = hopper_tiling("08_wgmma_tma/attention.cu", "Tiling128")
+    found["08_wgmma_tma"] = {"HEAD_DIM": head_dim, "WARPGROUPS": warpgroups, "BLOCK_KV": block_kv,
+                             "STAGES": stages}
+    path = "09_warp_specialized/attention.cu"
+    head_dim, consumers, block_kv, stages = hopper_tiling(path, "Tiling128")
+    found["09_warp_specialized"] = {
+        "CONSUMERS": consumers, "BLOCK_KV": block_kv, "STAGES": stages,
+        "PRODUCER_REGISTERS": integer(path, r"PRODUCER_REGISTERS = (\d+);"),
+        "CONSUMER_REGISTERS": integer(path, r"CONSUMER_REGISTERS = (\d+);")}
+    path = "10_pingpong/attention.cu"
+    found["10_pingpong"] = {"Tiling64": hopper_tiling(path, "Tiling64"),
+                            "Tiling128": hopper_tiling(path, "Tiling128")}
+    path = "11_hopper_backward/attention.cu"
+    found["11_hopper_backward"] = {
+        "CONSUMERS": integer(path, r"static constexpr int CONSUMERS = (\d+);\n    static constexpr int THREADS = 128 \* \(1 \+ CONSUMERS\);\n    static constexpr int BLOCK_KV = 64 \* CONSUMERS;"),
+        "BLOCK_Q": integer(path, r"static constexpr int BLOCK_Q = (\d+);               // Br"),
+        "STAGES": integer(path, r"struct BackwardTiling \{[^}]*?STAGES = (\d+);")}
+    found["11_hopper_backward"]["BLOCK_KV"] = 64 * found["11_hopper_backward"]["CONSUMERS"]
+
+
+def flow_box(axis, x, y, width, height, text, colour, text_colour="white", size=8.5):
+    from matplotlib.patches import FancyBboxPatch
+    axis.add_patch(FancyBboxPatch((x, y), width, height, boxstyle="round,pad=0.02,rounding_size=0.08",
+                                  facecolor=colour, edgecolor="#333333", linewidth=0.6))
+    axis.text(x + width / 2, y + height / 2, text, ha="center", va="center", fontsize=size,
+              color=text_colour, wrap=True)
+
+
+def flow_arrow(axis, start, end, label="", colour="#333333", offset=(0, 0.12), size=7.5, style="-|>"):
+    from matplotlib.patches import FancyArrowPatch
+    axis.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=11, color=colour,
+                                   linewidth=1.0, shrinkA=2, shrinkB=2))
+    if label:
+        axis.text((start[0] + end[0]) / 2 + offset[0], (start[1] + end[1]) / 2 + offset[1], label,
+                  ha="center", va="bottom", fontsize=size, color="#222222", family="monospace")
+
+
+def blank(plt, width, height, xmax, ymax):
+    figure, axis = plt.subplots(figsize=(width, height))
+    axis.set_xlim(0, xmax)
+    axis.set_ylim(0, ymax)
+    axis.axis("off")
+    return figure, axis
+
+
+def data_path_08(plt, found):
+    """08: one tile's way from device memory to the O accumulator, with the instruction at
+    each step."""
+    c = found["08_wgmma_tma"]
+    figure, axis = blank(plt, 13, 5.4, 13, 6.2)
+    grey = "#8c8c8c"
+    flow_box(axis, 0.2, 4.6, 2.2, 1.0, "device memory\nQ, K, V\n[B·H][len][D] bf16", grey)
+    flow_box(axis, 3.6, 4.6, 2.6, 1.0, f"TMA: boxes of [rows][64]\n128-byte swizzle\nrows past len -> 0",
+             "#6a51a3")
+    ring = f"shared memory\nQ tile + ring of {c['STAGES']} K/V stages\n(one mbarrier each)"
+    flow_box(axis, 7.4, 4.6, 3.0, 1.0, ring, KEY_COLOUR)
+    flow_arrow(axis, (2.4, 5.1), (3.6, 5.1), "cp.async\n.bulk.tensor", offset=(0, 0.08))
+    flow_arrow(axis, (6.2, 5.1), (7.4, 5.1), "complete\n_tx", offset=(0, 0.08))
+    flow_box(axis, 10.9, 4.6, 1.9, 1.0, "warps wait\nfor the phase", "#3b3b3b")
+    flow_arrow(axis, (10.4, 5.1), (10.9, 5.1))
+    axis.text(11.85, 4.35, "mbarrier.try_wait.parity", ha="center", fontsize=7.5, family="monospace")
+    flow_box(axis, 7.4, 2.6, 3.0, 1.0, f"S = Q Kᵀ  (64 × {c['BLOCK_KV']} per warpgroup)\n"
+             "FP32 in registers", QUERY_COLOUR)
+    flow_arrow(axis, (8.9, 4.6), (8.9, 3.6), "wgmma ... .ss (descriptors)", offset=(1.35, -0.15))
+    flow_box(axis, 3.6, 2.6, 2.6, 1.0, "online softmax\nm, l, alpha\nP -> bf16 fragments", STATE_COLOUR)
+    flow_arrow(axis, (7.4, 3.1), (6.2, 3.1), "wait_group 0", offset=(0, 0.08))
+    flow_box(axis, 3.6, 0.5, 2.6, 1.0, f"O += P V  (64 × {c['HEAD_DIM']})\nFP32 in registers",
+             VALUE_COLOUR)
+    flow_arrow(axis, (4.9, 2.6), (4.9, 1.5), "wgmma ... .rs\n(P from registers)", offset=(-0.85, -0.25))
+    flow_arrow(axis, (7.6, 4.6), (6.2, 1.4), "", colour=VALUE_COLOUR)
+    axis.text(7.0, 1.6, "wgmma reads V through a\ntransposed (MN-major) descriptor", fontsize=7.5, color=VALUE_COLOUR)
+    flow_box(axis, 0.2, 0.5, 2.4, 1.0, "O / l -> bf16\nLSE", grey)
+    flow_arrow(axis, (3.6, 1.0), (2.6, 1.0), "after the\nlast tile", offset=(0, 0.08))
+    axis.set_title(f"Stage 08, one block: {c['WARPGROUPS']} warpgroups of 64 query rows, "
+                   f"D = {c['HEAD_DIM']}, K/V tiles of {c['BLOCK_KV']} keys", fontsize=10, loc="left")
+    save(plt, figure, "08_data_path.png")
+
+
+def warp_roles_09(plt, found):
+    """09: the producer warpgroup, the consumers, and the full/empty barrier pairs of the ring."""
+    from matplotlib.patches import Rectangle
+    c = found["09_warp_specialized"]
+    figure, axis = blank(plt, 13, 5.8, 13, 6.6)
+    flow_box(axis, 0.2, 2.6, 2.8, 1.6, f"producer warpgroup\n(one thread issues TMA)\n"
+             f"setmaxnreg.dec -> {c['PRODUCER_REGISTERS']}", "#6a51a3")
+    # The ring: every stage is read by every consumer (tile j lives in stage j mod STAGES).
+    axis.add_patch(Rectangle((4.3, 1.2), 3.6, 4.9, facecolor="none", edgecolor="#333333",
+                             linestyle="--", linewidth=0.8))
+    axis.text(6.1, 6.25, f"shared-memory ring: tile j in stage j mod {c['STAGES']}", ha="center",
+              fontsize=8.5)
+    height = 4.3 / c["STAGES"]
+    for stage in range(c["STAGES"]):
+        y = 5.9 - (stage + 1) * height + 0.1
+        flow_box(axis, 4.5, y, 3.2, height - 0.3, f"stage {stage}: K tile, V tile\n"
+                 "barriers full[K], full[V]\nempty[K], empty[V]", KEY_COLOUR, size=8)
+    flow_arrow(axis, (3.0, 3.6), (4.3, 3.6), "wait empty,\nexpect_tx,\ncopy", offset=(0, 0.1))
+    for consumer in range(c["CONSUMERS"]):
+        y = 4.2 - consumer * 2.6
+        flow_box(axis, 9.3, y, 3.4, 1.5, f"consumer {consumer}: rows {64 * consumer}-{64 * consumer + 63}\n"
+                 f"wgmma + softmax\nsetmaxnreg.inc -> {c['CONSUMER_REGISTERS']}", QUERY_COLOUR, size=8)
+        flow_arrow(axis, (7.9, y + 1.05), (9.3, y + 1.05), "wait full", offset=(0, 0.05))
+        flow_arrow(axis, (9.3, y + 0.45), (7.9, y + 0.45), "arrive empty\n(one per warp)",
+                   colour=STATE_COLOUR, offset=(0, -0.6))
+    axis.text(1.6, 2.0, "waits on empty with the parity\nof the stage's previous pass:\n"
+              "on the first pass it is free", fontsize=8, ha="center", va="top")
+    flow_box(axis, 8.4, 0.0, 4.5, 0.9, "epilogue: O -> shared memory (swizzled), fence.proxy.async,\n"
+             "bar.sync, one TMA store per consumer", "#3b3b3b", size=7.5)
+    axis.set_title(f"Stage 09, one block: a producer, {c['CONSUMERS']} consumers, a ring of "
+                   f"{c['STAGES']} stages of {c['BLOCK_KV']} keys", fontsize=10, loc="left")
+    save(plt, figure, "09_warp_roles.png")
+
+
+def pingpong_10(plt, found):
+    """10 against 09: when each consumer's GEMMs and softmax run (schematic)."""
+    from matplotlib.patches import Rectangle
+    gemm, softmax, tiles = 1.0, 1.3, 3  # one consumer's S (or PV) GEMM; its softmax of a tile
+    figure, axes = plt.subplots(2, 1, figsize=(13, 5.0), sharex=True)
+
+    def box(axis, x, y, width, label, colour, alpha=0.85):
+        axis.add_patch(Rectangle((x, y - 0.32), width, 0.64, facecolor=colour, alpha=alpha,
+                                 edgecolor="white"))
+        axis.text(x + width / 2, y, label, ha="center", va="center", fontsize=7, color="white")
+
+    wait = "#b0b0b0"
+    # 09: both consumers issue S together, wait, compute the softmax together, issue P V
+    # together, wait. The tensor cores run both consumers' GEMMs, then idle during the softmax.
+    x = 0.0
+    for j in range(tiles):
+        for consumer in range(2):
+            box(axes[0], x, 2 - consumer, 2 * gemm, f"wait for S{j}", wait)
+            box(axes[0], x + 2 * gemm, 2 - consumer, softmax, "softmax", STATE_COLOUR)
+            box(axes[0], x + 2 * gemm + softmax, 2 - consumer, 2 * gemm, f"wait for PV{j}", wait)
+        box(axes[0], x, 0, gemm, f"S{j} c0", QUERY_COLOUR)
+        box(axes[0], x + gemm, 0, gemm, f"S{j} c1", QUERY_COLOUR)
+        box(axes[0], x + 2 * gemm + softmax, 0, gemm, f"PV{j} c0", VALUE_COLOUR)
+        box(axes[0], x + 3 * gemm + softmax, 0, gemm, f"PV{j} c1", VALUE_COLOUR)
+        x += 4 * gemm + softmax
+    end = x
+    # 10: a consumer issues S_{j+1} and P_j V_j together on its turn, then computes the softmax
+    # of S_{j+1} while the other consumer's GEMMs run. The tensor cores never wait.
+    turn = 2 * gemm
+    for slot in range(int(end / turn) + 1):
+        consumer = slot % 2
+        start = slot * turn
+        if start + turn > end:
+            break
+        j = slot // 2
+        box(axes[1], start, 0, gemm, f"S{j + 1} c{consumer}", QUERY_COLOUR)
+        box(axes[1], start + gemm, 0, gemm, f"PV{j} c{consumer}", VALUE_COLOUR)
+        box(axes[1], start, 2 - consumer, turn, f"its GEMMs run", wait)
+        if start + turn + softmax <= end:
+            box(axes[1], start + turn, 2 - consumer, softmax, f"softmax S{j + 1}", STATE_COLOUR)
+    for axis, title in ((axes[0], "09: the consumers run in step; the tensor cores idle while both "
+                                  "compute the softmax"),
+                        (axes[1], "10: on its turn (bar.sync / bar.arrive) a consumer issues "
+                                  "S_{j+1} with P_j V_j, then computes the softmax of S_{j+1} "
+                                  "under the other consumer's GEMMs")):
+        axis.set_yticks([0, 1, 2])
+        axis.set_yticklabels(["tensor cores", "consumer 1", "consumer 0"])
+        axis.set_ylim(-0.6, 2.6)
+        axis.set_title(title, fontsize=9.5, loc="left")
+        for spine in ("top", "right"):
+            axis.spines[spine].set_visible(False)
+    axes[1].set_xlim(0, end + 0.2)
+    axes[1].set_xticks([])
+    axes[1].set_xlabel("time (schematic: durations are illustrative, not measured; the chapter's "
+                       "profile has the real numbers)")
+    save(plt, figure, "10_pingpong.png")
+
+
+def backward_flow_11(plt, found):
+    """11: the warpgroups of a backward block and where dK, dV and dQ accumulate."""
+    c = found["11_hopper_backward"]
+    figure, axis = blank(plt, 13.5, 6.6, 13.5, 7.6)
+    grey = "#8c8c8c"
+    flow_box(axis, 0.2, 5.9, 2.6, 1.2, "preprocess kernel\nD = rowsum(dO ∘ O)\nLSE·log2 e (padded)", grey,
+             size=8)
+    flow_box(axis, 0.2, 3.7, 2.6, 1.4, "producer warpgroup\nK, V once;\nQ, dO, LSE, D per\n"
+             f"{c['BLOCK_Q']}-row query tile", "#6a51a3", size=8)
+    flow_arrow(axis, (1.5, 5.9), (1.5, 5.1))
+    flow_box(axis, 3.8, 3.5, 3.0, 1.8, f"shared memory\nK, V ({c['BLOCK_KV']} keys)\n"
+             f"ring of {c['STAGES']}: Q, dO, LSE, D\nfull / empty barriers", KEY_COLOUR, size=8)
+    flow_arrow(axis, (2.8, 4.4), (3.8, 4.4), "TMA", offset=(0, 0.08))
+    for consumer in range(c["CONSUMERS"]):
+        y = 5.3 - consumer * 2.6
+        flow_box(axis, 7.9, y, 3.0, 1.8, f"consumer {consumer}: keys {64 * consumer}-{64 * consumer + 63}\n"
+                 "Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (ss)\nPᵀ, dSᵀ in registers\n"
+                 "dV += Pᵀ dO, dK += dSᵀ Q (rs)", QUERY_COLOUR, size=7.5)
+        flow_arrow(axis, (6.8, 4.4), (7.9, y + 0.9))
+        flow_box(axis, 11.6, y + 0.4, 1.7, 1.0, "dK, dV\nin registers\n-> TMA store", VALUE_COLOUR, size=7.5)
+        flow_arrow(axis, (10.9, y + 0.9), (11.6, y + 0.9))
+    flow_box(axis, 7.9, 0.2, 3.0, 1.6, "dSᵀ (both halves) in shared memory\n"
+             "dQ part = dS K (ss, transposed A)\n-> FP32 staging tile", STATE_COLOUR, size=7.5)
+    flow_arrow(axis, (9.4, 2.7), (9.4, 1.8))
+    # Consumer 0's half of dS^T goes to the same shared tile: a path around consumer 1.
+    axis.plot([10.9, 11.3, 11.3], [5.6, 5.6, 1.2], color="#333333", linewidth=1.0)
+    flow_arrow(axis, (11.3, 1.2), (10.9, 1.2))
+    axis.text(11.4, 2.2, "each consumer writes\nits half of dSᵀ", fontsize=7.5, va="center")
+    flow_box(axis, 3.8, 0.2, 3.0, 1.6, "FP32 dQ accumulator\nin device memory\n(every block of the head adds)",
+             grey, size=7.5)
+    flow_arrow(axis, (7.9, 1.0), (6.8, 1.0), "cp.reduce\n.async.bulk\n.add.f32", offset=(0, 0.08), size=6.5)
+    flow_box(axis, 0.2, 0.2, 2.6, 1.6, "convert kernel\n(dQ - rowsum(dS)·mean K)\n· scale -> bf16",
+             grey, size=7.5)
+    flow_arrow(axis, (3.8, 1.0), (2.8, 1.0))
+    axis.set_title(f"Stage 11, one block per {c['BLOCK_KV']} keys: what flows where", fontsize=10,
+                   loc="left")
+    save(plt, figure, "11_backward_flow.png")
+
+
 def main():
     found = constants()
     if "--check" in sys.argv[1:]:
@@ -513,6 +734,10 @@ def main():
     swizzle_banks(plt, found)
     pipeline(plt, found)
     backward_loop(plt, found)
+    data_path_08(plt, found)
+    warp_roles_09(plt, found)
+    pingpong_10(plt, found)
+    backward_flow_11(plt, found)
     with open(MANIFEST, "w") as handle:
         json.dump(found, handle, indent=2, sort_keys=True)
         handle.write("\n")
