@@ -54,6 +54,7 @@ docs:
 
 docs-check:
 	@python3 bench/tables.py --check $(if $(RESULTS),--results $(RESULTS)/results.csv)
+	@python3 bench/check_forward_copy.py 06_pipelined 07_backward
 	@python3 bench/check_forward_copy.py 10_pingpong 11_hopper_backward
 	@python3 docs/diagrams/draw.py --check
 

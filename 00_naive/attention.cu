@@ -92,11 +92,15 @@ const StageCapabilities& stage_capabilities() {
 }
 
 size_t attention_workspace_bytes(const AttentionShape& shape) {
-    return size_t(shape.batch) * shape.heads * size_t(shape.len_q) * shape.len_kv * sizeof(float);
+    return saturating_product({size_t(shape.batch), size_t(shape.heads), size_t(shape.len_q),
+                               size_t(shape.len_kv), sizeof(float)});
 }
 
 void attention_forward(const float* q, const float* k, const float* v, float* o, float* lse,
                        const AttentionShape& shape, cudaStream_t stream) {
+    // The shape and the workspace it needs, then the pointers, before anything is allocated.
+    validate_shape(shape, stage_capabilities());
+    Workspace::require_fits(attention_workspace_bytes(shape));
     validate_forward(shape, stage_capabilities(), q, k, v, o, lse);
     Workspace scores(attention_workspace_bytes(shape), stream);
     float* S = scores.as<float>();

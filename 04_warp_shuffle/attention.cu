@@ -16,22 +16,22 @@
 
 namespace {
 
-// Tuning knobs (the chapter's exercises): make NVCC_EXTRA="-DSTAGE04_BLOCK_Q=128
-// -DSTAGE04_MIN_BLOCKS=2" builds a variant with 256 threads per block, capped at 128 registers.
-#ifndef STAGE04_BLOCK_Q
-#define STAGE04_BLOCK_Q 64
+// Tuning knobs (the chapter's exercises): make NVCC_EXTRA="-DATTENTION_BLOCK_Q=128
+// -DATTENTION_MIN_BLOCKS=2" builds a variant with 256 threads per block, capped at 128 registers.
+#ifndef ATTENTION_BLOCK_Q
+#define ATTENTION_BLOCK_Q 64
 #endif
-#ifndef STAGE04_MIN_BLOCKS
-#define STAGE04_MIN_BLOCKS 1
+#ifndef ATTENTION_MIN_BLOCKS
+#define ATTENTION_MIN_BLOCKS 1
 #endif
-#ifndef STAGE04_PAD  // -DSTAGE04_PAD=0 brings back the bank conflicts the padding removes
-#define STAGE04_PAD 4
+#ifndef ATTENTION_PAD  // -DATTENTION_PAD=0 brings back the bank conflicts the padding removes
+#define ATTENTION_PAD 4
 #endif
-constexpr int BLOCK_Q = STAGE04_BLOCK_Q;  // query rows per block
+constexpr int BLOCK_Q = ATTENTION_BLOCK_Q;  // query rows per block
 constexpr int ROWS_PER_THREAD = 4;        // rows of S and O held by one thread
 constexpr int LANES_PER_ROW = 8;          // lanes that share a row: reductions are 3 shuffles
 constexpr int ROW_GROUPS = BLOCK_Q / ROWS_PER_THREAD;
-constexpr int PAD = STAGE04_PAD;  // floats added to each shared-memory row
+constexpr int PAD = ATTENTION_PAD;  // floats added to each shared-memory row
 static_assert(PAD % 4 == 0, "rows must stay 16-byte aligned for float4 loads");
 constexpr int THREADS = ROW_GROUPS * LANES_PER_ROW;
 // Keys per tile: 64 at head dim 64; 32 at 128, so that two blocks still share an SM.
@@ -105,7 +105,7 @@ __device__ __forceinline__ void fma4(float4& acc, float a, const float4& b) {
 // KV tile (neighbouring rows of K, distinct banks again) and the output columns
 // 4 * c + 32 * v ... + 3 (a warp writes whole 128-byte segments of O).
 template <int HEAD_DIM>
-__global__ void __launch_bounds__(THREADS, STAGE04_MIN_BLOCKS)
+__global__ void __launch_bounds__(THREADS, ATTENTION_MIN_BLOCKS)
 warp_shuffle_attention_kernel(const float* __restrict__ Q, const float* __restrict__ K,
                     const float* __restrict__ V, float* __restrict__ O, float* __restrict__ lse,
                     int batch_heads, int len_q, int len_kv, float scale_log2, bool causal) {

@@ -4,7 +4,7 @@
 // the softmax stays in FP32 registers and P goes from the S accumulators straight into the
 // A operand of the second product. Tiles reach shared memory through cp.async and are stored
 // XOR-swizzled, so that ldmatrix reads them without bank conflicts (build with
-// NVCC_EXTRA=-DSWIZZLE=0 to measure the conflicts of the plain layout).
+// NVCC_EXTRA=-DATTENTION_SWIZZLE=0 to measure the conflicts of the plain layout).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -18,8 +18,8 @@
 #include "swizzle.h"
 #include "validate.h"
 
-#ifndef SWIZZLE
-#define SWIZZLE 1
+#ifndef ATTENTION_SWIZZLE
+#define ATTENTION_SWIZZLE 1
 #endif
 
 namespace {
@@ -36,7 +36,7 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr unsigned FULL_MASK = 0xffffffffu;
 
 template <int HEAD_DIM>
-using Tile = TileLayout<HEAD_DIM, SWIZZLE != 0>;
+using Tile = TileLayout<HEAD_DIM, ATTENTION_SWIZZLE != 0>;
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -89,7 +89,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 
     const int q_block = q_tiles - 1 - int(blockIdx.x / unsigned(batch_heads));
     const int64_t head = blockIdx.x % unsigned(batch_heads);
-    const int q0 = q_block * BLOCK_Q;
+    const int q_start = q_block * BLOCK_Q;
     const int warp = int(threadIdx.x) / 32;
     const int lane = int(threadIdx.x) % 32;
     // In every mma fragment, lane holds rows lane/4 and lane/4 + 8, columns 2(lane%4), +1.
@@ -101,7 +101,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
     const bf16* k_head = K + head * len_kv * HEAD_DIM;
     const bf16* v_head = V + head * len_kv * HEAD_DIM;
 
-    load_tile<BLOCK_Q, HEAD_DIM, THREADS>(q_tile, q_head, q0, len_q);
+    load_tile<BLOCK_Q, HEAD_DIM, THREADS>(q_tile, q_head, q_start, len_q);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -131,23 +131,23 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         v_base[c] = smem_address(v_tile + Tile<HEAD_DIM>::offset(lane % 16, c * 8));
     // end excerpt
 
-    float o_accumulator[O_TILES][4] = {};
-    // Two rows per lane: [0] is fragment_row, [1] is fragment_row + 8. row_max is the running
-    // max of the raw scores; row_sum is this lane's share of l (its columns only), summed
+    float o[O_TILES][4] = {};
+    // Two rows per lane: [0] is fragment_row, [1] is fragment_row + 8. m is the running
+    // max of the raw scores; l is this lane's share of the running sum (its columns only), summed
     // over the quad once at the end.
-    float row_max[2] = {-INFINITY, -INFINITY};
-    float row_sum[2] = {0.0f, 0.0f};
+    float m[2] = {-INFINITY, -INFINITY};
+    float l[2] = {0.0f, 0.0f};
     const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
 
     // Causal: keys past the tile's last row are masked for every row of it, skip their tiles.
     int kv_tiles = ceil_div(len_kv, BLOCK_KV);
-    if (causal) kv_tiles = min(kv_tiles, ceil_div(q0 + BLOCK_Q, BLOCK_KV));
+    if (causal) kv_tiles = min(kv_tiles, ceil_div(q_start + BLOCK_Q, BLOCK_KV));
 
     for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
-        const int kv0 = kv_tile * BLOCK_KV;
+        const int kv_start = kv_tile * BLOCK_KV;
         __syncthreads();  // every warp is done reading the previous K and V tiles
-        load_tile<BLOCK_KV, HEAD_DIM, THREADS>(k_tile, k_head, kv0, len_kv);
-        load_tile<BLOCK_KV, HEAD_DIM, THREADS>(v_tile, v_head, kv0, len_kv);
+        load_tile<BLOCK_KV, HEAD_DIM, THREADS>(k_tile, k_head, kv_start, len_kv);
+        load_tile<BLOCK_KV, HEAD_DIM, THREADS>(v_tile, v_head, kv_start, len_kv);
         cp_async_commit();
         cp_async_wait<0>();
         __syncthreads();
@@ -174,14 +174,14 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 
         // Mask only where a tile can hold a masked score: past len_kv, or above the diagonal.
         const bool needs_mask =
-            kv0 + BLOCK_KV > len_kv || (causal && kv0 + BLOCK_KV - 1 > q0 + warp_row);
+            kv_start + BLOCK_KV > len_kv || (causal && kv_start + BLOCK_KV - 1 > q_start + warp_row);
         if (needs_mask) {
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                // Column c of this lane's scores (key kv0 + c + fragment_column) is visible
+                // Column c of this lane's scores (key kv_start + c + fragment_column) is visible
                 // iff c < visible: one compare against a constant per score.
-                const int row = q0 + warp_row + fragment_row + r * 8;
-                const int visible = (causal ? min(len_kv, row + 1) : len_kv) - kv0 - fragment_column;
+                const int row = q_start + warp_row + fragment_row + r * 8;
+                const int visible = (causal ? min(len_kv, row + 1) : len_kv) - kv_start - fragment_column;
 #pragma unroll
                 for (int n = 0; n < S_TILES; ++n)
 #pragma unroll
@@ -192,22 +192,22 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 
         // Online softmax in FP32. A row is spread over the 4 lanes of a quad: reduce its max
         // with two butterfly shuffles (lane ^ 1, lane ^ 2).
-        float new_max[2] = {row_max[0], row_max[1]};
+        float m_new[2] = {m[0], m[1]};
 #pragma unroll
         for (int n = 0; n < S_TILES; ++n) {
-            new_max[0] = fmaxf(new_max[0], fmaxf(s[n][0], s[n][1]));
-            new_max[1] = fmaxf(new_max[1], fmaxf(s[n][2], s[n][3]));
+            m_new[0] = fmaxf(m_new[0], fmaxf(s[n][0], s[n][1]));
+            m_new[1] = fmaxf(m_new[1], fmaxf(s[n][2], s[n][3]));
         }
-        float rescale[2], max_offset[2];
+        float alpha[2], max_offset[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(FULL_MASK, new_max[r], 1));
-            new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(FULL_MASK, new_max[r], 2));
+            m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(FULL_MASK, m_new[r], 1));
+            m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(FULL_MASK, m_new[r], 2));
             // A row with no visible key yet keeps max -inf: use 0 so that no inf - inf appears.
-            max_offset[r] = new_max[r] == -INFINITY ? 0.0f : new_max[r] * scale_log2;
-            rescale[r] = fast_exp2(row_max[r] * scale_log2 - max_offset[r]);  // 0 on the first tile
-            row_max[r] = new_max[r];
-            row_sum[r] *= rescale[r];
+            max_offset[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
+            alpha[r] = fast_exp2(m[r] * scale_log2 - max_offset[r]);  // 0 on the first tile
+            m[r] = m_new[r];
+            l[r] *= alpha[r];
         }
 
         // excerpt: p-to-a-operand
@@ -221,18 +221,18 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
             const float p1 = fast_exp2(fmaf(s[n][1], scale_log2, -max_offset[0]));
             const float p2 = fast_exp2(fmaf(s[n][2], scale_log2, -max_offset[1]));
             const float p3 = fast_exp2(fmaf(s[n][3], scale_log2, -max_offset[1]));
-            row_sum[0] += p0 + p1;
-            row_sum[1] += p2 + p3;
+            l[0] += p0 + p1;
+            l[1] += p2 + p3;
             p_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(p0, p1);
             p_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(p2, p3);
         }
 
 #pragma unroll
         for (int d = 0; d < O_TILES; ++d) {
-            o_accumulator[d][0] *= rescale[0];
-            o_accumulator[d][1] *= rescale[0];
-            o_accumulator[d][2] *= rescale[1];
-            o_accumulator[d][3] *= rescale[1];
+            o[d][0] *= alpha[0];
+            o[d][1] *= alpha[0];
+            o[d][2] *= alpha[1];
+            o[d][3] *= alpha[1];
         }
 
         // O += P V. V is stored [key][dim], but the B operand must hold two consecutive keys
@@ -244,7 +244,7 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
             for (int d = 0; d < O_TILES; ++d) {
                 uint32_t b0, b1;
                 ldmatrix_x2_trans(b0, b1, v_base[d % 8] + 2 * (step * 16 * HEAD_DIM + d / 8 * 64));
-                mma_m16n8k16_bf16(o_accumulator[d], p_fragment[step], b0, b1);
+                mma_m16n8k16_bf16(o[d], p_fragment[step], b0, b1);
             }
         }
         // end excerpt
@@ -253,19 +253,19 @@ flash_forward_mma_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
     // Finish l over the quad, normalize, store the rows that exist. LSE = m * scale + ln(l).
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-        row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(FULL_MASK, row_sum[r], 2);
-        const int row = q0 + warp_row + fragment_row + r * 8;
+        l[r] += __shfl_xor_sync(FULL_MASK, l[r], 1);
+        l[r] += __shfl_xor_sync(FULL_MASK, l[r], 2);
+        const int row = q_start + warp_row + fragment_row + r * 8;
         if (row >= len_q) continue;
-        const float inverse_sum = 1.0f / row_sum[r];
+        const float inverse_sum = 1.0f / l[r];
         bf16* o_row = O + (head * len_q + row) * HEAD_DIM;
 #pragma unroll
         for (int d = 0; d < O_TILES; ++d)
             *reinterpret_cast<__nv_bfloat162*>(o_row + d * 8 + fragment_column) =
-                __floats2bfloat162_rn(o_accumulator[d][2 * r] * inverse_sum,
-                                      o_accumulator[d][2 * r + 1] * inverse_sum);
+                __floats2bfloat162_rn(o[d][2 * r] * inverse_sum,
+                                      o[d][2 * r + 1] * inverse_sum);
         if (lse != nullptr && lane % 4 == 0)
-            lse[head * len_q + row] = row_max[r] * scale + logf(row_sum[r]);
+            lse[head * len_q + row] = m[r] * scale + logf(l[r]);
     }
 }
 

@@ -1,10 +1,9 @@
 // Stage 06: stage 05 with its memory traffic overlapped with its math. K and V are double-
 // buffered: while the warps work on tile j, the cp.async copies of tile j+1 are in flight
 // (commit/wait groups), so the block waits only where data is really needed, at one barrier per
-// tile (PIPELINE_V_BUFFERS=1 keeps one V buffer and fetches V_j during S_j = Q K_j^T instead).
-// ldmatrix.x4 loads two mma B operands at once for K and V, each warp owns two 16-row mma tiles
-// so that every fragment it loads feeds two mma, and the tiling is a template parameter tuned
-// per head dim for the H100 (tune.cu times the alternatives).
+// tile. ldmatrix.x4 loads two mma B operands at once for K and V, each warp owns two 16-row mma
+// tiles so that every fragment it loads feeds two mma, and the tiling is a template parameter
+// tuned per head dim for the H100 (bench/experiments/tune_06.cu times the alternatives).
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -18,25 +17,21 @@
 #include "swizzle.h"
 #include "validate.h"
 
-#ifndef SWIZZLE
-#define SWIZZLE 1
-#endif
-
 namespace {
 
 using bf16 = __nv_bfloat16;
 
 // One kernel configuration. Each warp owns ROW_TILES mma tiles of 16 query rows: two tiles
 // reuse every K and V fragment it loads twice, halving shared-memory reads per mma.
-// V_BUFFERS = 1: K double-buffered, V_j fetched while S_j is computed; two barriers per tile.
-// V_BUFFERS = 2: K and V both double-buffered, K_{j+1} and V_{j+1} fetched during all of tile
-// j; one barrier per tile, for one more V tile of shared memory.
-// SKIP_UNCHANGED_RESCALE: skip O's rescale, for the whole warp, on the tiles that leave every
-// row max of the warp unchanged. It saves multiplies but the branch splits the loop body, so
-// the compiler cannot interleave one row tile's softmax with the other's P V mma. At D = 64
-// the multiplies are few and the tiling without the branch is faster; at D = 128 the
-// interleaved body needs more registers than there are, and spills (tune.cu times both).
-template <int HEAD_DIM_, int WARPS_, int ROW_TILES_, int BLOCK_KV_, int MIN_BLOCKS_, int V_BUFFERS_ = 1,
+// K and V are both double-buffered: K_{j+1} and V_{j+1} are fetched during all of tile j, so
+// one barrier per tile suffices.
+// SKIP_UNCHANGED_RESCALE: skip the rescale of O by alpha, for the whole warp, on the tiles
+// that leave every running max m of the warp unchanged. It saves multiplies but the branch
+// splits the loop body, so the compiler cannot interleave one row tile's softmax with the
+// other's P V mma. At D = 64 the multiplies are few and the tiling without the branch is
+// faster; at D = 128 the interleaved body needs more registers than there are, and spills
+// (the tuning experiment, bench/experiments/tune_06.cu, times both).
+template <int HEAD_DIM_, int WARPS_, int ROW_TILES_, int BLOCK_KV_, int MIN_BLOCKS_,
           bool SKIP_UNCHANGED_RESCALE_ = true>
 struct Tiling {
     static constexpr int HEAD_DIM = HEAD_DIM_;
@@ -47,28 +42,22 @@ struct Tiling {
     static constexpr int BLOCK_Q = WARPS * ROWS_PER_WARP;  // Br
     static constexpr int BLOCK_KV = BLOCK_KV_;             // Bc
     static constexpr int MIN_BLOCKS = MIN_BLOCKS_;         // for __launch_bounds__
-    static constexpr int V_BUFFERS = V_BUFFERS_;
     static constexpr bool SKIP_UNCHANGED_RESCALE = SKIP_UNCHANGED_RESCALE_;
     // Q fragments stay in registers when they are few; else they are re-read with ldmatrix.
     static constexpr bool Q_IN_REGISTERS = ROW_TILES * HEAD_DIM <= 128;
     static constexpr size_t SHARED_BYTES =
-        size_t(BLOCK_Q + (2 + V_BUFFERS) * BLOCK_KV) * HEAD_DIM * sizeof(__nv_bfloat16);
+        size_t(BLOCK_Q + 4 * BLOCK_KV) * HEAD_DIM * sizeof(__nv_bfloat16);
 };
 
-// The tilings the launcher uses (tune.cu measures these and others). Build with
-// NVCC_EXTRA=-DPIPELINE_V_BUFFERS=1 to run the whole stage with a single V buffer.
-#ifndef PIPELINE_V_BUFFERS
-#define PIPELINE_V_BUFFERS 2
-#endif
-using Tiling64 = Tiling<64, 4, 2, 64, 2, PIPELINE_V_BUFFERS, false>;
-using Tiling128 = Tiling<128, 4, 2, 64, 1, PIPELINE_V_BUFFERS>;
+// The tilings the launcher uses (make -C bench/experiments tune_06 times these and others).
+using Tiling64 = Tiling<64, 4, 2, 64, 2, false>;
+using Tiling128 = Tiling<128, 4, 2, 64, 1>;
 
-constexpr int MAX_LENGTH = 1 << 30;              // keeps every tile index inside int
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr unsigned FULL_MASK = 0xffffffffu;
 
 template <int HEAD_DIM>
-using Tile = TileLayout<HEAD_DIM, SWIZZLE != 0>;
+using Tile = TileLayout<HEAD_DIM>;
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
@@ -122,7 +111,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
     extern __shared__ __align__(128) unsigned char shared_memory[];
     bf16* q_tile = reinterpret_cast<bf16*>(shared_memory);  // [BLOCK_Q][HEAD_DIM]
     bf16* k_tiles = q_tile + BLOCK_Q * HEAD_DIM;              // [2][BLOCK_KV][HEAD_DIM]
-    bf16* v_tiles = k_tiles + 2 * BLOCK_KV * HEAD_DIM;        // [V_BUFFERS][BLOCK_KV][HEAD_DIM]
+    bf16* v_tiles = k_tiles + 2 * BLOCK_KV * HEAD_DIM;        // [2][BLOCK_KV][HEAD_DIM]
     constexpr uint32_t K_TILE_BYTES = BLOCK_KV * HEAD_DIM * sizeof(bf16);
 
     const int group_blocks = group_heads * q_tiles;
@@ -132,7 +121,7 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
     const int rank = int(blockIdx.x) - group * group_blocks;
     const int q_block = q_tiles - 1 - rank / heads_in_group;
     const int64_t head = first_head + rank % heads_in_group;
-    const int q0 = q_block * BLOCK_Q;
+    const int q_start = q_block * BLOCK_Q;
     const int warp = int(threadIdx.x) / 32;
     const int lane = int(threadIdx.x) % 32;
     // In every mma fragment, lane holds rows lane/4 and lane/4 + 8, columns 2(lane%4), +1.
@@ -146,12 +135,12 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
 
     // Causal: keys past the tile's last row are masked for every row of it, skip their tiles.
     int kv_tiles = ceil_div(len_kv, BLOCK_KV);
-    if (causal) kv_tiles = min(kv_tiles, ceil_div(q0 + BLOCK_Q, BLOCK_KV));
+    if (causal) kv_tiles = min(kv_tiles, ceil_div(q_start + BLOCK_Q, BLOCK_KV));
 
-    // Prologue: Q and the first K tile (and V tile, with two V buffers), one group.
-    load_tile<BLOCK_Q, HEAD_DIM, THREADS>(q_tile, q_head, q0, len_q);
+    // Prologue: Q and the first K and V tiles, one group.
+    load_tile<BLOCK_Q, HEAD_DIM, THREADS>(q_tile, q_head, q_start, len_q);
     load_tile<BLOCK_KV, HEAD_DIM, THREADS>(k_tiles, k_head, 0, len_kv);
-    if constexpr (Config::V_BUFFERS == 2) load_tile<BLOCK_KV, HEAD_DIM, THREADS>(v_tiles, v_head, 0, len_kv);
+    load_tile<BLOCK_KV, HEAD_DIM, THREADS>(v_tiles, v_head, 0, len_kv);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -168,11 +157,11 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
     uint32_t q_fragment[ROW_TILES][Q_REGISTER_STEPS][4];
     if constexpr (Config::Q_IN_REGISTERS) {
 #pragma unroll
-        for (int m = 0; m < ROW_TILES; ++m)
+        for (int row_tile = 0; row_tile < ROW_TILES; ++row_tile)
 #pragma unroll
             for (int step = 0; step < QK_STEPS; ++step)
-                ldmatrix_x4(q_fragment[m][step],
-                            q_base[step % 4] + 2 * (m * 16 * HEAD_DIM + step / 4 * 64));
+                ldmatrix_x4(q_fragment[row_tile][step],
+                            q_base[step % 4] + 2 * (row_tile * 16 * HEAD_DIM + step / 4 * 64));
     }
 
     // Per-lane ldmatrix addresses, swizzle included, computed once. Moving 8 rows down or 64
@@ -182,8 +171,8 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
     // step, lanes 8-15 the same keys at dims 8-15, lanes 16-31 keys 8-15 likewise: the B
     // operands of two 8-key tiles. V, ldmatrix.x4.trans: lanes 0-15 give keys 0-15 at dims
     // 0-7 of a 16-dim pair, lanes 16-31 at dims 8-15: the B operands of two 8-dim tiles.
-    // k_base (and v_base, with two V buffers) addresses the buffer of the current tile and
-    // flips between the two each iteration.
+    // k_base and v_base address the buffers of the current tile and flip between the two
+    // each iteration.
     uint32_t k_base[4], v_base[4];
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
@@ -192,42 +181,33 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
         v_base[c] = smem_address(v_tiles + Tile<HEAD_DIM>::offset(lane % 16, c * 16 + (lane / 16) * 8));
     }
 
-    float o_accumulator[ROW_TILES][O_TILES][4] = {};
-    // Two rows per lane and row tile: [m][0] is fragment_row, [m][1] is fragment_row + 8.
-    // row_max is the running max of the raw scores; row_sum is this lane's share of l (its
-    // columns only), summed over the quad once at the end.
-    float row_max[ROW_TILES][2], row_sum[ROW_TILES][2];
+    float o[ROW_TILES][O_TILES][4] = {};
+    // Two rows per lane and row tile: [row_tile][0] is fragment_row, [row_tile][1] is
+    // fragment_row + 8. m is the running max of the raw scores; l is this lane's share of the
+    // running sum (its columns only), summed over the quad once at the end.
+    float m[ROW_TILES][2], l[ROW_TILES][2];
 #pragma unroll
-    for (int m = 0; m < ROW_TILES; ++m)
+    for (int row_tile = 0; row_tile < ROW_TILES; ++row_tile)
         for (int r = 0; r < 2; ++r) {
-            row_max[m][r] = -INFINITY;
-            row_sum[m][r] = 0.0f;
+            m[row_tile][r] = -INFINITY;
+            l[row_tile][r] = 0.0f;
         }
     const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
 
     // excerpt: pipeline
     for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
-        const int kv0 = kv_tile * BLOCK_KV;
-        // K_j (and V_j, with two V buffers) has landed: it is the only group in flight. The
-        // barrier also tells that every warp is done with tile j-1, so its buffers may be
-        // refilled.
+        const int kv_start = kv_tile * BLOCK_KV;
+        // K_j and V_j have landed: they are the only group in flight. The barrier also tells
+        // that every warp is done with tile j-1, so its buffers may be refilled.
         cp_async_wait<0>();
         __syncthreads();
         bf16* next_k = k_tiles + ((kv_tile + 1) % 2) * BLOCK_KV * HEAD_DIM;
-        if constexpr (Config::V_BUFFERS == 1) {
-            load_tile<BLOCK_KV, HEAD_DIM, THREADS>(v_tiles, v_head, kv0, len_kv);
-            cp_async_commit();
-            if (kv_tile + 1 < kv_tiles)
-                load_tile<BLOCK_KV, HEAD_DIM, THREADS>(next_k, k_head, kv0 + BLOCK_KV, len_kv);
-            cp_async_commit();  // possibly empty: keeps "V_j is the older of two groups" true
-        } else {
-            if (kv_tile + 1 < kv_tiles) {
-                load_tile<BLOCK_KV, HEAD_DIM, THREADS>(next_k, k_head, kv0 + BLOCK_KV, len_kv);
-                load_tile<BLOCK_KV, HEAD_DIM, THREADS>(
-                    v_tiles + ((kv_tile + 1) % 2) * BLOCK_KV * HEAD_DIM, v_head, kv0 + BLOCK_KV, len_kv);
-            }
-            cp_async_commit();
+        if (kv_tile + 1 < kv_tiles) {
+            load_tile<BLOCK_KV, HEAD_DIM, THREADS>(next_k, k_head, kv_start + BLOCK_KV, len_kv);
+            load_tile<BLOCK_KV, HEAD_DIM, THREADS>(
+                v_tiles + ((kv_tile + 1) % 2) * BLOCK_KV * HEAD_DIM, v_head, kv_start + BLOCK_KV, len_kv);
         }
+        cp_async_commit();
     // end excerpt
 
 #pragma unroll
@@ -244,12 +224,12 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
         for (int step = 0; step < QK_STEPS; ++step) {
             uint32_t a[ROW_TILES][4];
 #pragma unroll
-            for (int m = 0; m < ROW_TILES; ++m) {
+            for (int row_tile = 0; row_tile < ROW_TILES; ++row_tile) {
                 if constexpr (Config::Q_IN_REGISTERS) {
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) a[m][i] = q_fragment[m][step][i];
+                    for (int i = 0; i < 4; ++i) a[row_tile][i] = q_fragment[row_tile][step][i];
                 } else {
-                    ldmatrix_x4(a[m], q_base[step % 4] + 2 * (m * 16 * HEAD_DIM + step / 4 * 64));
+                    ldmatrix_x4(a[row_tile], q_base[step % 4] + 2 * (row_tile * 16 * HEAD_DIM + step / 4 * 64));
                 }
             }
 #pragma unroll
@@ -257,9 +237,9 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
                 uint32_t b[4];
                 ldmatrix_x4(b, k_base[step % 4] + 2 * (n * 8 * HEAD_DIM + step / 4 * 64));
 #pragma unroll
-                for (int m = 0; m < ROW_TILES; ++m) {
-                    mma_m16n8k16_bf16(s[m][n], a[m], b[0], b[1]);
-                    mma_m16n8k16_bf16(s[m][n + 1], a[m], b[2], b[3]);
+                for (int row_tile = 0; row_tile < ROW_TILES; ++row_tile) {
+                    mma_m16n8k16_bf16(s[row_tile][n], a[row_tile], b[0], b[1]);
+                    mma_m16n8k16_bf16(s[row_tile][n + 1], a[row_tile], b[2], b[3]);
                 }
             }
         }
@@ -267,45 +247,45 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
 
         // Mask only where a tile can hold a masked score: past len_kv, or above the diagonal.
         const bool needs_mask =
-            kv0 + BLOCK_KV > len_kv || (causal && kv0 + BLOCK_KV - 1 > q0 + warp_row);
+            kv_start + BLOCK_KV > len_kv || (causal && kv_start + BLOCK_KV - 1 > q_start + warp_row);
         if (needs_mask) {
 #pragma unroll
-            for (int m = 0; m < ROW_TILES; ++m)
+            for (int row_tile = 0; row_tile < ROW_TILES; ++row_tile)
 #pragma unroll
                 for (int r = 0; r < 2; ++r) {
-                    // Column c of this lane's scores (key kv0 + c + fragment_column) is
+                    // Column c of this lane's scores (key kv_start + c + fragment_column) is
                     // visible iff c < visible: one compare against a constant per score.
-                    const int row = q0 + warp_row + m * 16 + fragment_row + r * 8;
-                    const int visible = (causal ? min(len_kv, row + 1) : len_kv) - kv0 - fragment_column;
+                    const int row = q_start + warp_row + row_tile * 16 + fragment_row + r * 8;
+                    const int visible = (causal ? min(len_kv, row + 1) : len_kv) - kv_start - fragment_column;
 #pragma unroll
                     for (int n = 0; n < S_TILES; ++n)
 #pragma unroll
                         for (int i = 0; i < 2; ++i)
-                            if (n * 8 + i >= visible) s[m][n][2 * r + i] = -INFINITY;
+                            if (n * 8 + i >= visible) s[row_tile][n][2 * r + i] = -INFINITY;
                 }
         }
 
         uint32_t p_fragment[ROW_TILES][PV_STEPS][4];
 #pragma unroll
-        for (int m = 0; m < ROW_TILES; ++m) {
+        for (int row_tile = 0; row_tile < ROW_TILES; ++row_tile) {
             // Online softmax in FP32. A row is spread over the 4 lanes of a quad: reduce
             // its max with two butterfly shuffles (lane ^ 1, lane ^ 2).
-            float new_max[2] = {row_max[m][0], row_max[m][1]};
+            float m_new[2] = {m[row_tile][0], m[row_tile][1]};
 #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
-                new_max[0] = fmaxf(new_max[0], fmaxf(s[m][n][0], s[m][n][1]));
-                new_max[1] = fmaxf(new_max[1], fmaxf(s[m][n][2], s[m][n][3]));
+                m_new[0] = fmaxf(m_new[0], fmaxf(s[row_tile][n][0], s[row_tile][n][1]));
+                m_new[1] = fmaxf(m_new[1], fmaxf(s[row_tile][n][2], s[row_tile][n][3]));
             }
-            float rescale[2], max_offset[2];
+            float alpha[2], max_offset[2];
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
-                new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(FULL_MASK, new_max[r], 1));
-                new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(FULL_MASK, new_max[r], 2));
+                m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(FULL_MASK, m_new[r], 1));
+                m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(FULL_MASK, m_new[r], 2));
                 // A row with no visible key yet keeps max -inf: use 0, so no inf - inf.
-                max_offset[r] = new_max[r] == -INFINITY ? 0.0f : new_max[r] * scale_log2;
-                rescale[r] = fast_exp2(row_max[m][r] * scale_log2 - max_offset[r]);
-                row_max[m][r] = new_max[r];
-                row_sum[m][r] *= rescale[r];
+                max_offset[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
+                alpha[r] = fast_exp2(m[row_tile][r] * scale_log2 - max_offset[r]);
+                m[row_tile][r] = m_new[r];
+                l[row_tile][r] *= alpha[r];
             }
 
             // P = exp(scale * (S - m)), rounded to bf16 and packed as the A operand of
@@ -313,35 +293,28 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
             // fragment of one 16-key k-step (tile 2k: registers 0, 1; 2k+1: 2, 3).
 #pragma unroll
             for (int n = 0; n < S_TILES; ++n) {
-                const float p0 = fast_exp2(fmaf(s[m][n][0], scale_log2, -max_offset[0]));
-                const float p1 = fast_exp2(fmaf(s[m][n][1], scale_log2, -max_offset[0]));
-                const float p2 = fast_exp2(fmaf(s[m][n][2], scale_log2, -max_offset[1]));
-                const float p3 = fast_exp2(fmaf(s[m][n][3], scale_log2, -max_offset[1]));
-                row_sum[m][0] += p0 + p1;
-                row_sum[m][1] += p2 + p3;
-                p_fragment[m][n / 2][(n % 2) * 2 + 0] = pack_bf16x2(p0, p1);
-                p_fragment[m][n / 2][(n % 2) * 2 + 1] = pack_bf16x2(p2, p3);
+                const float p0 = fast_exp2(fmaf(s[row_tile][n][0], scale_log2, -max_offset[0]));
+                const float p1 = fast_exp2(fmaf(s[row_tile][n][1], scale_log2, -max_offset[0]));
+                const float p2 = fast_exp2(fmaf(s[row_tile][n][2], scale_log2, -max_offset[1]));
+                const float p3 = fast_exp2(fmaf(s[row_tile][n][3], scale_log2, -max_offset[1]));
+                l[row_tile][0] += p0 + p1;
+                l[row_tile][1] += p2 + p3;
+                p_fragment[row_tile][n / 2][(n % 2) * 2 + 0] = pack_bf16x2(p0, p1);
+                p_fragment[row_tile][n / 2][(n % 2) * 2 + 1] = pack_bf16x2(p2, p3);
             }
 
-            // Once the running max has settled most tiles leave it unchanged (rescale = 1
+            // Once the running max has settled most tiles leave it unchanged (alpha = 1
             // exactly): the multiplies may be skipped when that holds for every row of the warp.
             if (!Config::SKIP_UNCHANGED_RESCALE ||
-                __any_sync(FULL_MASK, rescale[0] != 1.0f || rescale[1] != 1.0f)) {
+                __any_sync(FULL_MASK, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
                 for (int d = 0; d < O_TILES; ++d) {
-                    o_accumulator[m][d][0] *= rescale[0];
-                    o_accumulator[m][d][1] *= rescale[0];
-                    o_accumulator[m][d][2] *= rescale[1];
-                    o_accumulator[m][d][3] *= rescale[1];
+                    o[row_tile][d][0] *= alpha[0];
+                    o[row_tile][d][1] *= alpha[0];
+                    o[row_tile][d][2] *= alpha[1];
+                    o[row_tile][d][3] *= alpha[1];
                 }
             }
-        }
-
-        if constexpr (Config::V_BUFFERS == 1) {
-            // V_j has landed (K_{j+1}, the newer group, may still be in flight); the barrier
-            // makes every thread's part of it visible.
-            cp_async_wait<1>();
-            __syncthreads();
         }
 
         // O += P V. V is stored [key][dim], but the B operand must hold two consecutive keys
@@ -353,9 +326,9 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
                 uint32_t b[4];
                 ldmatrix_x4_trans(b, v_base[(d / 2) % 4] + 2 * (step * 16 * HEAD_DIM + d / 8 * 64));
 #pragma unroll
-                for (int m = 0; m < ROW_TILES; ++m) {
-                    mma_m16n8k16_bf16(o_accumulator[m][d], p_fragment[m][step], b[0], b[1]);
-                    mma_m16n8k16_bf16(o_accumulator[m][d + 1], p_fragment[m][step], b[2], b[3]);
+                for (int row_tile = 0; row_tile < ROW_TILES; ++row_tile) {
+                    mma_m16n8k16_bf16(o[row_tile][d], p_fragment[row_tile][step], b[0], b[1]);
+                    mma_m16n8k16_bf16(o[row_tile][d + 1], p_fragment[row_tile][step], b[2], b[3]);
                 }
             }
         }
@@ -364,30 +337,30 @@ flash_forward_pipelined_kernel(const bf16* __restrict__ Q, const bf16* __restric
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
             k_base[c] += k_flip;
-            if constexpr (Config::V_BUFFERS == 2) v_base[c] += k_flip;  // V tiles: same size
+            v_base[c] += k_flip;  // V tiles: same size
         }
     }
         // end excerpt
 
     // Finish l over the quad, normalize, store the rows that exist. LSE = m * scale + ln(l).
 #pragma unroll
-    for (int m = 0; m < ROW_TILES; ++m)
+    for (int row_tile = 0; row_tile < ROW_TILES; ++row_tile)
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            float sum = row_sum[m][r];
+            float sum = l[row_tile][r];
             sum += __shfl_xor_sync(FULL_MASK, sum, 1);
             sum += __shfl_xor_sync(FULL_MASK, sum, 2);
-            const int row = q0 + warp_row + m * 16 + fragment_row + r * 8;
+            const int row = q_start + warp_row + row_tile * 16 + fragment_row + r * 8;
             if (row >= len_q) continue;
             const float inverse_sum = 1.0f / sum;
             bf16* o_row = O + (head * len_q + row) * HEAD_DIM;
 #pragma unroll
             for (int d = 0; d < O_TILES; ++d)
                 *reinterpret_cast<__nv_bfloat162*>(o_row + d * 8 + fragment_column) =
-                    __floats2bfloat162_rn(o_accumulator[m][d][2 * r] * inverse_sum,
-                                          o_accumulator[m][d][2 * r + 1] * inverse_sum);
+                    __floats2bfloat162_rn(o[row_tile][d][2 * r] * inverse_sum,
+                                          o[row_tile][d][2 * r + 1] * inverse_sum);
             if (lse != nullptr && lane % 4 == 0)
-                lse[head * len_q + row] = row_max[m][r] * scale + logf(sum);
+                lse[head * len_q + row] = m[row_tile][r] * scale + logf(sum);
         }
 }
 
@@ -404,7 +377,7 @@ inline int heads_per_l2_group(const AttentionShape& shape) {
     return int(std::clamp<int64_t>(l2_bytes / 2 / kv_bytes, 1, heads));
 }
 
-// group_heads = 0: heads_per_l2_group; tune.cu also times 1 and batch * heads.
+// group_heads = 0: heads_per_l2_group; the tuning experiment also times 1 and batch * heads.
 template <class Config>
 void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
             const AttentionShape& shape, cudaStream_t stream, int group_heads = 0) {
@@ -429,6 +402,8 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 
 }  // namespace
 
+constexpr int MAX_LENGTH = 1 << 30;  // keeps every tile index inside int
+
 const StageCapabilities& stage_capabilities() {
     // 16-byte alignment: every cp.async moves 16 bytes.
     static const StageCapabilities caps{"06_pipelined", "bf16", {64, 128}, MAX_LENGTH,
@@ -438,7 +413,6 @@ const StageCapabilities& stage_capabilities() {
 
 size_t attention_workspace_bytes(const AttentionShape&) { return 0; }
 
-#ifndef ATTENTION_NO_LAUNCHER  // tune.cu includes this file and launches the tilings itself
 void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
                        const AttentionShape& shape, cudaStream_t stream) {
     validate_forward(shape, stage_capabilities(), q, k, v, o, lse);
@@ -447,4 +421,3 @@ void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, flo
     else
         launch<Tiling128>(q, k, v, o, lse, shape, stream);
 }
-#endif

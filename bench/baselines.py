@@ -33,11 +33,8 @@ import subprocess
 import sys
 import warnings
 
-CSV_HEADER = ["gpu", "stage", "dtype", "batch", "heads", "len_q", "len_kv", "head_dim", "causal",
-              "pass", "median_ms", "min_ms", "tflops", "pct_sol", "workspace_bytes", "commit",
-              "status"]
-FLOP_CONVENTION = ("FLOPs follow the FlashAttention convention: forward 4*B*H*Lq*Lk*D (halved "
-                   "when causal), backward 2.5x forward; TFLOP/s = FLOPs / median time")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from schema import CSV_COLUMNS as CSV_HEADER, FLOP_CONVENTION, read_sweeps as read_sweep_tuples  # noqa: E402
 BACKENDS = ["flash", "cudnn", "efficient", "math", "eager"]
 # SDPBackend member of each SDPA backend.
 SDPA_BACKEND_NAMES = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
@@ -79,17 +76,8 @@ class Shape:
 
 
 def read_sweeps(path):
-    sweeps = {}
-    with open(path) as sweeps_file:
-        for number, line in enumerate(sweeps_file, 1):
-            fields = line.split("#")[0].split()
-            if not fields:
-                continue
-            if len(fields) != 7:
-                raise SystemExit(f"{path}:{number}: expected "
-                                 "'name batch heads len_q len_kv head_dim causal'")
-            sweeps.setdefault(fields[0], []).append(Shape(*map(int, fields[1:])))
-    return sweeps
+    return {name: [Shape(*fields) for fields in shapes]
+            for name, shapes in read_sweep_tuples(path).items()}
 
 
 def read_ceilings(path):

@@ -178,12 +178,15 @@ const StageCapabilities& stage_capabilities() {
 
 size_t attention_workspace_bytes(const AttentionShape& shape) {
     // S in FP32, overwritten in place by P.
-    return size_t(shape.batch) * size_t(shape.heads) * size_t(shape.len_q) * size_t(shape.len_kv) *
-           sizeof(float);
+    return saturating_product({size_t(shape.batch), size_t(shape.heads), size_t(shape.len_q),
+                               size_t(shape.len_kv), sizeof(float)});
 }
 
 void attention_forward(const Element* q, const Element* k, const Element* v, Element* o, float* lse,
                        const AttentionShape& shape, cudaStream_t stream) {
+    // The shape and the workspace it needs, then the pointers, before anything is allocated.
+    validate_shape(shape, stage_capabilities());
+    Workspace::require_fits(attention_workspace_bytes(shape));
     validate_forward(shape, stage_capabilities(), q, k, v, o, lse);
     const int64_t batch_count = int64_t(shape.batch) * shape.heads;
     if (batch_count > INT_MAX)

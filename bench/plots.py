@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS_ROOT = REPO / "bench" / "results"
 ENV_RESULTS = "BENCH_RESULTS_DIR"
 
-COLUMNS = ("gpu,stage,dtype,batch,heads,len_q,len_kv,head_dim,causal,pass,median_ms,min_ms,"
-           "tflops,pct_sol,workspace_bytes,commit,status").split(",")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from schema import CSV_COLUMNS as COLUMNS, STAGES, read_sweeps  # noqa: E402
 
 FLOP_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lkv·d (halved when causal), "
              "backward 2.5× forward; times are medians of repeats.")
@@ -61,17 +61,14 @@ HEADLINES = {
 def _read_headlines(path: Path = SWEEPS) -> None:
     if not path.is_file():
         return
-    for line in path.read_text().splitlines():
-        fields = line.split("#")[0].split()
-        if len(fields) == 7 and fields[0] in ("fp32-headline", "bf16-headline"):
-            HEADLINES[fields[0].replace("-", "_")] = tuple(int(f) for f in fields[1:6])
+    for name, shapes in read_sweeps(path).items():
+        if name in ("fp32-headline", "bf16-headline"):
+            HEADLINES[name.replace("-", "_")] = shapes[0][:5]
 
 
 _read_headlines()
 LATENCY_LENGTH = 4096
 
-STAGES = ["00_naive", "01_fused_rowwise", "02_tiled", "03_online_softmax", "04_warp_shuffle",
-          "05_mma_swizzle", "06_pipelined", "07_backward"]
 BASELINES = ["cublas_fp32", "cublas_bf16", "torch_flash", "torch_cudnn", "torch_efficient",
              "torch_math", "torch_eager"]
 NAIVE = "00_naive"

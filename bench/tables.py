@@ -86,14 +86,8 @@ FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (hal
               "element type.")
 
 
-def read_sweeps(path):
-    sweeps = {}
-    with open(path) as sweeps_file:
-        for line in sweeps_file:
-            fields = line.split("#")[0].split()
-            if len(fields) == 7:
-                sweeps.setdefault(fields[0], []).append(tuple(int(f) for f in fields[1:]))
-    return sweeps
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from schema import read_sweeps  # noqa: E402,F401  (the one parser of bench/sweeps.txt)
 
 
 def read_results(path):

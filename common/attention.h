@@ -11,7 +11,10 @@
 #include <cuda_runtime.h>
 
 // Tensors are contiguous row-major [batch, heads, len, head_dim], as PyTorch's
-// scaled_dot_product_attention takes them; lse is [batch, heads, len_q] in FP32.
+// scaled_dot_product_attention takes them, in device memory (cudaMalloc or managed); lse is
+// [batch, heads, len_q] in FP32. Alignment: q, k, v, o (and dout, dq, dk, dv) to the stage's
+// alignment_bytes, lse to 4 bytes (alignof(float)). Outputs (o, lse; dq, dk, dv) must not
+// overlap an input or each other; inputs may overlap each other.
 struct AttentionShape {
     int batch = 1;
     int heads = 1;
@@ -19,7 +22,7 @@ struct AttentionShape {
     int len_kv = 1;
     int head_dim = 64;
     bool causal = false;  // top-left aligned, as PyTorch's is_causal: query i sees key j iff j <= i
-    float scale = 0.0f;   // 0 selects the default, 1/sqrt(head_dim)
+    float scale = 0.0f;   // 0 selects the default, 1/sqrt(head_dim); at most 2^16 (validate.h)
 
     float softmax_scale() const;
     int64_t q_elements() const { return int64_t(batch) * heads * len_q * head_dim; }

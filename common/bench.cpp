@@ -36,6 +36,8 @@
 #include "cuda_check.h"
 #include "element.h"
 #include "harness.h"
+#include "timing.h"
+#include "validate.h"
 
 #ifndef ATTENTION_STAGE_NAME
 #define ATTENTION_STAGE_NAME "stage"
@@ -56,22 +58,12 @@ const char* const kFlopConvention =
 
 // Timing policy (see the top of the file).
 constexpr double kDefaultTargetSeconds = 0.25;
-constexpr int kMinRepeats = 3;
-constexpr int kMaxRepeats = 50;
-constexpr double kWarmupSeconds = 0.02;  // enough for clocks to ramp and caches of code to fill
-constexpr int kMinWarmupCalls = 2;
-constexpr int kMaxWarmupCalls = 50;
-constexpr double kSlowCallSeconds = 1.0;  // one warm-up call is enough when a call is this long
 constexpr int kL2Multiple = 4;            // rotated buffers exceed this many times the L2 size
 // Left free for what the driver does not see: the CUDA context growing, cuBLAS's own
 // workspace, allocator granularity.
 constexpr size_t kMemoryReserveBytes = size_t(512) << 20;
 // Each set's buffers start on this boundary, beyond any stage's vector-width alignment.
 constexpr size_t kBufferAlignmentBytes = 256;
-// Device buffers are filled by copying from one pool of random values: generating randn on the
-// host for gigabytes of inputs would cost more time than the benchmark itself.
-constexpr size_t kRandomPoolElements = size_t(1) << 22;
-constexpr uint64_t kRandomSeed = 2024;
 
 enum class Pass { forward, backward };
 const char* pass_name(Pass pass) {
@@ -294,13 +286,6 @@ std::string format(const char* pattern, double value) {
     return buffer;
 }
 
-std::string describe(const AttentionShape& shape) {
-    std::ostringstream text;
-    text << "B=" << shape.batch << " H=" << shape.heads << " Lq=" << shape.len_q
-         << " Lk=" << shape.len_kv << " D=" << shape.head_dim << " causal=" << int(shape.causal);
-    return text.str();
-}
-
 std::string gib(double bytes) {
     return format("%.2f GiB", bytes / double(size_t(1) << 30));
 }
@@ -310,31 +295,6 @@ std::string gib(double bytes) {
 size_t aligned_elements(size_t count, size_t element_bytes) {
     const size_t per_boundary = kBufferAlignmentBytes / element_bytes;
     return (count + per_boundary - 1) / per_boundary * per_boundary;
-}
-
-// One device copy of random values (randn + 0.5, rounded to the element type) that every input
-// buffer is tiled from, at a different starting offset per tensor.
-const Element* random_pool() {
-    static DeviceBuffer<Element> pool = [] {
-        DeviceBuffer<Element> buffer(kRandomPoolElements);
-        buffer.upload(from_float<Element>(random_inputs(kRandomPoolElements, kRandomSeed)));
-        // The copies out of the pool run on a non-blocking stream that does not wait for the
-        // upload on the default stream.
-        CUDA_CHECK(cudaDeviceSynchronize());
-        return buffer;
-    }();
-    return pool.data();
-}
-
-void fill_random(Element* destination, size_t count, size_t start, cudaStream_t stream) {
-    const Element* pool = random_pool();
-    for (size_t done = 0; done < count;) {
-        const size_t offset = (start + done) % kRandomPoolElements;
-        const size_t chunk = std::min(count - done, kRandomPoolElements - offset);
-        CUDA_CHECK(cudaMemcpyAsync(destination + done, pool + offset, chunk * sizeof(Element),
-                                   cudaMemcpyDeviceToDevice, stream));
-        done += chunk;
-    }
 }
 
 // `count` independent sets of every buffer a pass touches: one allocation per tensor, holding
@@ -391,58 +351,6 @@ struct BufferSets {
 // ---- timing -----------------------------------------------------------------------------
 
 
-struct Timing {
-    double median_ms = 0;
-    double min_ms = 0;
-    int calls = 0;
-};
-
-double median(std::vector<double> values) {
-    std::sort(values.begin(), values.end());
-    const size_t middle = values.size() / 2;
-    return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
-}
-
-// call(set) launches one pass on buffer set `set`; it may throw std::invalid_argument (the
-// stage refuses the shape), which only its first call can do.
-Timing time_calls(const std::function<void(int)>& call, int sets, cudaStream_t stream,
-                  const Options& options) {
-    const double cap_ms = options.max_seconds_per_shape * 1e3;
-    EventPair warmup;
-    double warmup_total_ms = 0, last_ms = 0;
-    int warmup_calls = 0;
-    for (;;) {
-        CUDA_CHECK(cudaEventRecord(warmup.start, stream));
-        call(warmup_calls % sets);
-        CUDA_CHECK(cudaEventRecord(warmup.stop, stream));
-        CUDA_CHECK(cudaEventSynchronize(warmup.stop));
-        last_ms = warmup.milliseconds();
-        warmup_total_ms += last_ms;
-        ++warmup_calls;
-        const bool warm =
-            warmup_calls >= kMinWarmupCalls && warmup_total_ms >= kWarmupSeconds * 1e3;
-        const bool slow =
-            last_ms >= kSlowCallSeconds * 1e3 || (cap_ms > 0 && warmup_total_ms >= cap_ms);
-        if (warm || slow || warmup_calls >= kMaxWarmupCalls) break;
-    }
-
-    int repeats =
-        std::clamp(int(std::lround(options.target_seconds * 1e3 / std::max(last_ms, 1e-6))),
-                   kMinRepeats, kMaxRepeats);
-    if (cap_ms > 0 && repeats * last_ms > cap_ms) repeats = std::max(1, int(cap_ms / last_ms));
-
-    std::vector<EventPair> events(repeats);
-    for (int r = 0; r < repeats; ++r) {
-        CUDA_CHECK(cudaEventRecord(events[r].start, stream));
-        call((warmup_calls + r) % sets);
-        CUDA_CHECK(cudaEventRecord(events[r].stop, stream));
-    }
-    CUDA_CHECK(cudaStreamSynchronize(stream));
-    std::vector<double> times;
-    for (const EventPair& pair : events) times.push_back(pair.milliseconds());
-    return {median(times), *std::min_element(times.begin(), times.end()), repeats};
-}
-
 // ---- one (shape, pass) ----------------------------------------------------------------------
 
 struct Row {
@@ -463,20 +371,12 @@ std::string unsupported_reason(const AttentionShape& shape, Pass pass,
         const std::string unusable = gpu_unusable_reason(caps);
         if (!unusable.empty()) return unusable;
     }
-    if (std::find(caps.head_dims.begin(), caps.head_dims.end(), shape.head_dim) ==
-        caps.head_dims.end()) {
-        std::string allowed;
-        for (int d : caps.head_dims) allowed += (allowed.empty() ? "" : " ") + std::to_string(d);
-        return "head_dim " + std::to_string(shape.head_dim) +
-               " not supported (supported: " + allowed + ")";
+    // The same refusal the launcher would give, in its words.
+    try {
+        validate_shape(shape, caps);
+    } catch (const std::invalid_argument& error) {
+        return error.what();
     }
-    if (shape.len_q > caps.max_len_q)
-        return "len_q " + std::to_string(shape.len_q) + " over the stage's limit " +
-               std::to_string(caps.max_len_q);
-    if (shape.len_kv > caps.max_len_kv)
-        return "len_kv " + std::to_string(shape.len_kv) + " over the stage's limit " +
-               std::to_string(caps.max_len_kv);
-    if (shape.causal && !caps.causal) return "causal masking not supported";
     if (pass == Pass::backward) {
         if (!caps.backward) return "the stage has no backward pass";
 #if !defined(ATTENTION_HAS_BACKWARD)
@@ -581,7 +481,8 @@ Row run_one(const AttentionShape& shape, Pass pass, const StageCapabilities& cap
             row.ok = true;
             return row;
         }
-        row.timing = time_calls(call, row.sets, stream, options);
+        row.timing = time_calls(call, row.sets, stream, options.target_seconds,
+                                options.max_seconds_per_shape);
     } catch (const std::invalid_argument& refused) {
         row.skip_reason = refused.what();
         return row;
@@ -617,7 +518,7 @@ std::string csv_row(const Row& row, const StageCapabilities& caps, const std::st
 std::string progress_line(const Row& row, int index, int total, const Options& options) {
     std::ostringstream line;
     line << "[" << ATTENTION_STAGE_NAME << "] " << index << "/" << total << " "
-         << pass_name(row.pass) << " " << describe(row.shape) << ": ";
+         << pass_name(row.pass) << " " << row.shape.to_string() << ": ";
     if (!row.ok) {
         line << "skipped: " << row.skip_reason;
     } else if (options.profile) {

@@ -226,7 +226,7 @@ Ceilings measure_ceilings() {
 }
 
 void write_ceilings_csv(std::ostream& out, const Ceilings& ceilings) {
-    out << "gpu,ceiling,value,unit,median_ms,method\n";
+    out << kCeilingsHeader << "\n";
     for (const Ceiling& entry : ceilings.entries) {
         std::ostringstream row;
         row << std::setprecision(6) << csv_field(ceilings.gpu) << "," << csv_field(entry.name)
@@ -241,9 +241,8 @@ Ceilings read_ceilings_csv(const std::string& path) {
     if (!in) throw std::runtime_error("cannot read the ceilings file " + path);
     std::string line;
     if (!std::getline(in, line) ||
-        csv_split(line) != csv_split("gpu,ceiling,value,unit,median_ms,method"))
-        throw std::runtime_error(path +
-                                 ": expected the header gpu,ceiling,value,unit,median_ms,method");
+        csv_split(line) != csv_split(kCeilingsHeader))
+        throw std::runtime_error(path + ": expected the header " + kCeilingsHeader);
     Ceilings ceilings;
     while (std::getline(in, line)) {
         if (line.empty()) continue;

@@ -17,6 +17,9 @@
 #include <string>
 #include <vector>
 
+// The ceilings CSV's header: written, and checked when read, from this one place.
+inline constexpr const char* kCeilingsHeader = "gpu,ceiling,value,unit,median_ms,method";
+
 struct Ceiling {
     std::string name;  // bf16_gemm | fp32_gemm | copy | bf16_mma_sync
     double value = 0;  // in `unit`

@@ -18,15 +18,7 @@ DTYPE     ?= fp32
 BUILD     ?= $(ROOT)/build/$(STAGE)
 NVCC      ?= nvcc
 
-# native where a GPU is visible, else a list that covers Ampere and Hopper (override: ARCH="sm_90").
-ifeq ($(origin ARCH),undefined)
-  ARCH := $(if $(shell nvidia-smi -L 2>/dev/null | grep -q GPU && echo yes),native,sm_80 sm_90)
-endif
-ifeq ($(strip $(ARCH)),native)
-  ARCH_FLAGS := -arch=native
-else
-  ARCH_FLAGS := $(foreach a,$(ARCH),-gencode arch=compute_$(subst sm_,,$(a)),code=$(a))
-endif
+include $(COMMON)/arch.mk
 
 # The stage's own file: the Hopper stages have code for sm_90a only (wgmma and setmaxnreg exist
 # in no other target); the shared harness keeps ARCH_FLAGS, so it runs on any GPU.
@@ -52,7 +44,7 @@ BASE_FLAGS := -std=c++17 -O3 -lineinfo -I$(COMMON) $(DEFINES) \
 NVCCFLAGS  := $(BASE_FLAGS) $(ARCH_FLAGS)
 LDLIBS    := -lcublas
 
-COMMON_SOURCES := $(COMMON)/validate.cpp $(COMMON)/harness.cpp $(COMMON)/reference.cpp \
+COMMON_SOURCES := $(COMMON)/shape.cpp $(COMMON)/validate.cpp $(COMMON)/harness.cpp $(COMMON)/reference.cpp \
                   $(wildcard $(COMMON)/reference_backward.cpp) $(COMMON)/cuda_check.cpp \
                   $(COMMON)/workspace.cpp
 TEST_SOURCES   := $(COMMON)/test_main.cpp $(COMMON)/test_host.cpp $(COMMON)/test_forward.cpp \

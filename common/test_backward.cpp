@@ -9,6 +9,7 @@
 
 #include "reference.h"
 #include "test_support.h"
+#include "validate.h"
 
 namespace {
 
@@ -246,6 +247,35 @@ GPU_TEST_CASE("backward: invalid input throws and leaves dq, dk, dv untouched") 
     CHECK(still_poisoned(dq.download().data(), dq.bytes()));
     CHECK(still_poisoned(dk.download().data(), dk.bytes()));
     CHECK(still_poisoned(dv.download().data(), dv.bytes()));
+}
+
+// The contract: every scale that validation accepts gives finite gradients (see the forward's
+// case of the same name for why finiteness, not the reference, is the check).
+GPU_TEST_CASE("backward: the largest accepted scale gives finite gradients") {
+    for_each_variant([](int head_dim, bool causal) {
+        const AttentionShape shape = make_shape(1, 2, 130, 77, head_dim, causal, kMaxScale);
+        const uint64_t seed = fresh_seed();
+        INFO(shape.to_string(), " seed=", seed);
+        const size_t q_count = size_t(shape.q_elements()), kv_count = size_t(shape.kv_elements());
+        DeviceBuffer<Element> q(q_count), k(kv_count), v(kv_count), o(q_count), dout(q_count),
+            dq(q_count), dk(kv_count), dv(kv_count);
+        DeviceBuffer<float> lse(size_t(shape.lse_elements()));
+        q.upload(from_float<Element>(stage_inputs(q_count, seed)));
+        k.upload(from_float<Element>(stage_inputs(kv_count, seed + 1)));
+        v.upload(from_float<Element>(stage_inputs(kv_count, seed + 2)));
+        dout.upload(from_float<Element>(stage_inputs(q_count, seed + 3)));
+        attention_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), shape);
+        dq.poison();
+        dk.poison();
+        dv.poison();
+        attention_backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(),
+                           dq.data(), dk.data(), dv.data(), shape);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        for (const auto* buffer : {&dq, &dk, &dv}) {
+            const std::vector<float> values = to_float(buffer->download());
+            CHECK(std::all_of(values.begin(), values.end(), [](float x) { return std::isfinite(x); }));
+        }
+    });
 }
 
 #endif  // ATTENTION_HAS_BACKWARD

@@ -11,6 +11,7 @@
 #include "reference.h"
 #include "test_support.h"
 #include "validate.h"
+#include "workspace.h"
 
 // ---- the FP64 reference against closed forms ---------------------------------------------
 
@@ -324,4 +325,130 @@ TEST_CASE("workspace: the stage reports what it allocates") {
     const AttentionShape large = make_shape(2, 4, 512, 1024, caps.head_dims.front());
     // Workspace never shrinks as the problem grows.
     CHECK(attention_workspace_bytes(large) >= attention_workspace_bytes(small));
+}
+
+// ---- contract edges -----------------------------------------------------------------------
+
+TEST_CASE("validation: a scale whose exp2 factor could overflow is refused") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape good = make_shape(1, 1, 4, 4, caps.head_dims.front());
+    // The largest accepted scale, folded with log2(e), times a score of 2^110 is still finite.
+    static_assert(kMaxScale * 1.4426950408889634f * 0x1p110f < std::numeric_limits<float>::max(),
+                  "the folded exp2 factor stays finite");
+    AttentionShape s = good;
+    s.scale = kMaxScale;
+    CHECK_NOTHROW(validate_shape(s, caps));
+    for (float bad : {2.0f * kMaxScale, 1e30f, std::numeric_limits<float>::max(),
+                      std::numeric_limits<float>::infinity()}) {
+        s.scale = bad;
+        INFO("scale ", bad);
+        try {
+            validate_shape(s, caps);
+            FAIL("scale accepted");
+        } catch (const std::invalid_argument& error) {
+            CHECK(std::string(error.what()).find("scale = ") != std::string::npos);
+        }
+    }
+}
+
+TEST_CASE("validation: an output overlapping an input or another output is refused by name") {
+    StageCapabilities caps = stage_capabilities();
+    caps.backward = true;  // validate_backward's checks, for every stage's element type
+    caps.compute_capability = 0;
+    const AttentionShape shape = make_shape(1, 2, 64, 32, caps.head_dims.front());
+    const size_t element = caps.dtype == "fp32" ? 4 : 2;
+    const size_t q_bytes = size_t(shape.q_elements()) * element;
+    const size_t kv_bytes = size_t(shape.kv_elements()) * element;
+    // Addresses only: the overlap check refuses them before any memory is touched or asked about.
+    auto at = [](size_t offset) { return reinterpret_cast<void*>(uintptr_t(1) << 32 | offset); };
+    const size_t stride = size_t(1) << 24;  // far apart: nothing overlaps by default
+    void *q = at(0), *k = at(stride), *v = at(2 * stride), *o = at(3 * stride),
+         *lse = at(4 * stride), *dout = at(5 * stride), *dq = at(6 * stride),
+         *dk = at(7 * stride), *dv = at(8 * stride);
+    auto refused = [&](auto&& call, const std::string& field, const std::string& other) {
+        INFO(field, " overlapping ", other);
+        try {
+            call();
+            FAIL("not refused");
+        } catch (const std::invalid_argument& error) {
+            const std::string message = error.what();
+            INFO(message);
+            CHECK(message.find(field + " = a range overlapping " + other) != std::string::npos);
+        }
+    };
+    auto forward = [&](void* out, void* out_lse) {
+        return [&, out, out_lse] { validate_forward(shape, caps, q, k, v, out, out_lse); };
+    };
+    refused(forward(at(q_bytes - 16), lse), "o", "q");    // o's first row inside q's last
+    refused(forward(at(stride + kv_bytes - 16), lse), "o", "k");
+    refused(forward(o, at(3 * stride + 16)), "lse", "o");  // lse inside o: outputs overlap
+    refused(forward(o, at(2 * stride)), "lse", "v");
+    auto backward = [&](void* dq_, void* dk_, void* dv_) {
+        return [&, dq_, dk_, dv_] {
+            validate_backward(shape, caps, q, k, v, o, lse, dout, dq_, dk_, dv_);
+        };
+    };
+    refused(backward(at(5 * stride + 16), dk, dv), "dq", "dout");
+    refused(backward(dq, at(stride), dv), "dk", "k");
+    refused(backward(dq, dk, at(7 * stride + kv_bytes - 16)), "dv", "dk");
+    refused(backward(dq, at(6 * stride + 16), dv), "dk", "dq");
+    // Inputs may alias each other (self-attention with one tensor for q, k and v).
+    CHECK_NOTHROW(validate_no_overlap({{"o", o, q_bytes}}, {{"q", q, q_bytes}, {"k", q, q_bytes}}));
+}
+
+TEST_CASE("validation: host memory is refused by name, and without a GPU the CUDA state stays clean") {
+    // The decision, for every kind of memory cudaPointerGetAttributes reports.
+    cudaPointerAttributes attributes{};
+    attributes.type = cudaMemoryTypeDevice;
+    CHECK(device_pointer_problem(attributes) == nullptr);
+    attributes.type = cudaMemoryTypeManaged;
+    CHECK(device_pointer_problem(attributes) == nullptr);
+    attributes.type = cudaMemoryTypeUnregistered;
+    CHECK(device_pointer_problem(attributes) != nullptr);
+    attributes.type = cudaMemoryTypeHost;
+    attributes.devicePointer = nullptr;
+    CHECK(device_pointer_problem(attributes) != nullptr);
+
+    // The query itself: with a GPU, plain host memory is refused naming the field; without
+    // one, it cannot be told and is let through. Either way it leaves no CUDA error behind
+    // that was not there before (without a driver every call reports that one).
+    std::vector<float> host(64);
+    const cudaError_t before = cudaGetLastError();
+    const bool gpu = gpu_unusable_reason(StageCapabilities{}).empty();
+    INFO("GPU visible: ", gpu);
+    if (gpu) {
+        try {
+            validate_device_pointer("q", host.data());
+            FAIL("host memory accepted");
+        } catch (const std::invalid_argument& error) {
+            const std::string message = error.what();
+            INFO(message);
+            CHECK(message.find("q = ") != std::string::npos);
+            CHECK(message.find("host memory") != std::string::npos);
+        }
+    } else {
+        CHECK_NOTHROW(validate_device_pointer("q", host.data()));
+    }
+    CHECK(cudaGetLastError() == before);
+}
+
+TEST_CASE("validation: the launcher refuses host buffers naming the field (GPU)" *
+          doctest::skip(!stage_gpu_usable())) {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape shape = make_shape(1, 1, 4, 4, caps.head_dims.front());
+    PoisonedHostBuffers b(shape);
+    expect_rejected(shape, "q", "", b.q.data(), b.k.data(), b.v.data(), b.o.data(), b.lse.data());
+    CHECK(b.untouched());
+}
+
+TEST_CASE("workspace: sizes saturate instead of wrapping around") {
+    CHECK(saturating_product({3, 5, 7}) == 105);
+    CHECK(saturating_product({size_t(1) << 40, size_t(1) << 30}) == SIZE_MAX);
+    CHECK(saturating_product({size_t(1) << 40, 0, size_t(1) << 30}) == 0);
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape large = make_shape(2, 4, 512, 1024, caps.head_dims.front());
+    // batch * heads just inside the grid's limit, the longest lengths the stage accepts.
+    const AttentionShape huge =
+        make_shape(1 << 20, (1 << 11) - 1, caps.max_len_q, caps.max_len_kv, caps.head_dims.front());
+    CHECK(attention_workspace_bytes(huge) >= attention_workspace_bytes(large));
 }

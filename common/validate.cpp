@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -28,42 +29,6 @@ void require_positive(const char* field, int value) {
 
 }  // namespace
 
-float AttentionShape::softmax_scale() const {
-    return scale != 0.0f ? scale : 1.0f / std::sqrt(float(head_dim));
-}
-
-int64_t AttentionShape::attended_pairs() const {
-    int64_t per_head = int64_t(len_q) * len_kv;
-    if (causal) {
-        // Row i sees keys 0..min(i, len_kv - 1).
-        const int64_t full_rows = std::max<int64_t>(0, int64_t(len_q) - len_kv);
-        const int64_t triangle_rows = len_q - full_rows;  // rows i < len_kv
-        per_head = triangle_rows * (triangle_rows + 1) / 2 + full_rows * len_kv;
-    }
-    return int64_t(batch) * heads * per_head;
-}
-
-std::string AttentionShape::to_string() const {
-    std::ostringstream out;
-    out << "B=" << batch << " H=" << heads << " Lq=" << len_q << " Lk=" << len_kv
-        << " D=" << head_dim << (causal ? " causal" : "");
-    if (scale != 0.0f) out << " scale=" << scale;
-    return out.str();
-}
-
-AttentionShape make_shape(int batch, int heads, int len_q, int len_kv, int head_dim, bool causal,
-                          float scale) {
-    AttentionShape shape;
-    shape.batch = batch;
-    shape.heads = heads;
-    shape.len_q = len_q;
-    shape.len_kv = len_kv;
-    shape.head_dim = head_dim;
-    shape.causal = causal;
-    shape.scale = scale;
-    return shape;
-}
-
 void validate_shape(const AttentionShape& shape, const StageCapabilities& caps) {
     require_positive("batch", shape.batch);
     require_positive("heads", shape.heads);
@@ -86,10 +51,11 @@ void validate_shape(const AttentionShape& shape, const StageCapabilities& caps) 
     if (int64_t(shape.batch) * shape.heads > INT32_MAX)
         reject("batch * heads", std::to_string(int64_t(shape.batch) * shape.heads),
                "must be at most 2^31 - 1");
-    if (!std::isfinite(shape.scale) || shape.scale < 0.0f) {
+    if (!std::isfinite(shape.scale) || shape.scale < 0.0f || shape.scale > kMaxScale) {
         std::ostringstream value;
         value << shape.scale;
-        reject("scale", value.str(), "must be finite and positive (0 selects 1/sqrt(head_dim))");
+        reject("scale", value.str(),
+               "must be positive and at most 2^16 (0 selects 1/sqrt(head_dim))");
     }
 }
 
@@ -108,6 +74,61 @@ void validate_pointer(const char* field, const void* pointer, int alignment_byte
     }
 }
 
+const char* device_pointer_problem(const cudaPointerAttributes& attributes) {
+    switch (attributes.type) {
+    case cudaMemoryTypeDevice:
+    case cudaMemoryTypeManaged:
+        return nullptr;
+    case cudaMemoryTypeHost:
+        // Pinned host memory is addressable by kernels only where it is mapped.
+        return attributes.devicePointer != nullptr ? nullptr : "is pinned host memory the GPU cannot address";
+    default:
+        return "is host memory (not allocated with cudaMalloc)";
+    }
+}
+
+void validate_device_pointer(const char* field, const void* pointer) {
+    if (pointer == nullptr) return;
+    cudaPointerAttributes attributes{};
+    if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+        // No GPU or no driver: nothing can tell the memory's kind, and the launch reports the
+        // missing GPU. Clear the error, so that the next CUDA call does not inherit it.
+        cudaGetLastError();
+        return;
+    }
+    if (const char* problem = device_pointer_problem(attributes)) {
+        std::ostringstream value;
+        value << pointer;
+        reject(field, value.str(), std::string("must point to device memory; it ") + problem);
+    }
+}
+
+void validate_no_overlap(const std::vector<Span>& outputs, const std::vector<Span>& inputs) {
+    auto overlap = [](const Span& a, const Span& b) {
+        if (a.pointer == nullptr || b.pointer == nullptr || a.bytes == 0 || b.bytes == 0)
+            return false;
+        const auto a0 = reinterpret_cast<uintptr_t>(a.pointer);
+        const auto b0 = reinterpret_cast<uintptr_t>(b.pointer);
+        return a0 < b0 + b.bytes && b0 < a0 + a.bytes;
+    };
+    for (size_t i = 0; i < outputs.size(); ++i) {
+        for (const Span& input : inputs)
+            if (overlap(outputs[i], input))
+                reject(outputs[i].field, "a range overlapping " + std::string(input.field),
+                       "an output must not overlap an input");
+        for (size_t j = i + 1; j < outputs.size(); ++j)
+            if (overlap(outputs[i], outputs[j]))
+                reject(outputs[j].field, "a range overlapping " + std::string(outputs[i].field),
+                       "outputs must not overlap each other");
+    }
+}
+
+namespace {
+
+size_t element_bytes(const StageCapabilities& caps) { return caps.dtype == "fp32" ? 4 : 2; }
+
+}  // namespace
+
 // A stage built for one compute capability (the Hopper stages, sm_90a) refuses any other GPU
 // before it launches: its kernels have no code for it.
 void require_gpu(const StageCapabilities& caps) {
@@ -124,6 +145,15 @@ void validate_forward(const AttentionShape& shape, const StageCapabilities& caps
     validate_pointer("v", v, caps.alignment_bytes);
     validate_pointer("o", o, caps.alignment_bytes);
     validate_pointer("lse", lse, alignof(float), /*may_be_null=*/true);
+    const size_t element = element_bytes(caps);
+    const size_t q_bytes = size_t(shape.q_elements()) * element;
+    const size_t kv_bytes = size_t(shape.kv_elements()) * element;
+    const size_t lse_bytes = size_t(shape.lse_elements()) * sizeof(float);
+    validate_no_overlap({{"o", o, q_bytes}, {"lse", lse, lse_bytes}},
+                        {{"q", q, q_bytes}, {"k", k, kv_bytes}, {"v", v, kv_bytes}});
+    for (const auto& [field, pointer] : {std::pair<const char*, const void*>{"q", q}, {"k", k},
+                                         {"v", v}, {"o", o}, {"lse", lse}})
+        validate_device_pointer(field, pointer);
     require_gpu(caps);
 }
 
@@ -142,6 +172,17 @@ void validate_backward(const AttentionShape& shape, const StageCapabilities& cap
     validate_pointer("dq", dq, caps.alignment_bytes);
     validate_pointer("dk", dk, caps.alignment_bytes);
     validate_pointer("dv", dv, caps.alignment_bytes);
+    const size_t element = element_bytes(caps);
+    const size_t q_bytes = size_t(shape.q_elements()) * element;
+    const size_t kv_bytes = size_t(shape.kv_elements()) * element;
+    const size_t lse_bytes = size_t(shape.lse_elements()) * sizeof(float);
+    validate_no_overlap({{"dq", dq, q_bytes}, {"dk", dk, kv_bytes}, {"dv", dv, kv_bytes}},
+                        {{"q", q, q_bytes}, {"k", k, kv_bytes}, {"v", v, kv_bytes},
+                         {"o", o, q_bytes}, {"lse", lse, lse_bytes}, {"dout", dout, q_bytes}});
+    for (const auto& [field, pointer] :
+         {std::pair<const char*, const void*>{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse},
+          {"dout", dout}, {"dq", dq}, {"dk", dk}, {"dv", dv}})
+        validate_device_pointer(field, pointer);
     require_gpu(caps);
 }
 

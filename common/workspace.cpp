@@ -24,6 +24,18 @@ size_t available_device_bytes() {
 
 }  // namespace
 
+void Workspace::require_fits(size_t bytes) {
+    if (bytes == 0) return;
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+        // No GPU or driver: nothing to measure against (the launch reports the missing GPU);
+        // clear the error so that the next CUDA call does not inherit it.
+        cudaGetLastError();
+        return;
+    }
+    validate_workspace(bytes, available_device_bytes());
+}
+
 Workspace::Workspace(size_t bytes, cudaStream_t stream) : bytes_(bytes), stream_(stream) {
     if (bytes_ == 0) return;
     validate_workspace(bytes_, available_device_bytes());
