@@ -63,20 +63,22 @@ def constants():
                         "CHUNK_ELEMENTS": integer("common/swizzle.h",
                                                   r"CHUNK_ELEMENTS = (\d+);")}
     path = "06_pipelined/attention.cu"
-    tiling = re.search(r"using Tiling128 = Tiling<128, (\d+), (\d+), (\d+), \d+, (\w+)", source(path))
+    tiling = re.search(r"using Tiling128 = Tiling<128, (\d+), (\d+), (\d+), \d+>", source(path))
     if not tiling:
         raise SystemExit(f"draw.py: the Tiling128 line of {path} changed: update the parser")
-    v_buffers = tiling.group(4)
-    if not v_buffers.isdigit():
-        v_buffers = integer(path, rf"#define {v_buffers} (\d+)")
+    # K and V both double-buffered: the k_tiles and v_tiles comments give their shapes.
+    k_buffers = re.search(r"bf16\* k_tiles = .*// \[(\d+)\]\[BLOCK_KV\]\[HEAD_DIM\]", source(path))
+    v_buffers = re.search(r"bf16\* v_tiles = .*// \[(\d+)\]\[BLOCK_KV\]\[HEAD_DIM\]", source(path))
+    if not k_buffers or not v_buffers:
+        raise SystemExit(f"draw.py: the K and V buffers of {path} changed: update the parser")
     found["06_pipelined"] = {
         "WARPS": int(tiling.group(1)), "ROW_TILES": int(tiling.group(2)),
-        "BLOCK_KV": int(tiling.group(3)), "V_BUFFERS": int(v_buffers),
-        "K_BUFFERS": 2 if "[2][BLOCK_KV][HEAD_DIM]" in source(path) else 1,
+        "BLOCK_KV": int(tiling.group(3)), "V_BUFFERS": int(v_buffers.group(1)),
+        "K_BUFFERS": int(k_buffers.group(1)),
     }
     path = "07_backward/attention.cu"
-    one_pass = re.search(r"OnePassTiles<HEAD_DIM, HEAD_DIM == 64 \? (\d+) : (\d+), (\d+), (\d+)>>;",
-                         source(path))
+    one_pass = re.search(r"BLOCK_Q = HEAD_DIM == 64 \? (\d+) : (\d+), BLOCK_KV = (\d+);\s*"
+                         r"static constexpr int WARPS = (\d+),", source(path))
     if not one_pass:
         raise SystemExit(f"draw.py: the one-pass tiling of {path} changed: update the parser")
     found["07_backward"] = {
