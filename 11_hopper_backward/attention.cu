@@ -480,12 +480,16 @@ struct BackwardTiling {
     static constexpr size_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
     static constexpr size_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
     static constexpr size_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
-    static constexpr size_t LSE_OFFSET = DQ_OFFSET + CONSUMERS * DQ_BYTES;
+    // rowsum(dS) for the centred dQ is the GEMM dS 1 over each consumer's 64 keys: B is a tile
+    // of ones, [8 columns][64 keys] as a K-major B (every value is 1: the swizzle cannot matter).
+    static constexpr size_t ONES_OFFSET = DQ_OFFSET + CONSUMERS * DQ_BYTES;
+    static constexpr uint32_t ONES_BYTES = 8 * 64 * sizeof(bf16);
+    static constexpr size_t ROWSUM_OFFSET = ONES_OFFSET + ONES_BYTES;  // one consumer's 64 sums each
+    static constexpr size_t LSE_OFFSET = ROWSUM_OFFSET + CONSUMERS * ROW_BYTES;
     static constexpr size_t D_OFFSET = LSE_OFFSET + STAGES * ROW_BYTES;
-    // Two buffers each of per-warp column sums: for the exact D, and for rowsum(dS).
+    // Two buffers of per-warp column sums, for the exact D.
     static constexpr size_t PARTIALS_OFFSET = D_OFFSET + STAGES * ROW_BYTES;
-    static constexpr size_t ROWSUM_PARTIALS_OFFSET = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES;
-    static constexpr size_t SHARED_BYTES = ROWSUM_PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES + 1024;
+    static constexpr size_t SHARED_BYTES = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES + 1024;
 };
 static_assert(BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
 
@@ -616,6 +620,10 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         }
         fence_barrier_init();
     }
+    bf16* ones = reinterpret_cast<bf16*>(base + Config::ONES_OFFSET);
+    for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
+        reinterpret_cast<uint32_t*>(ones)[i] = 0x3F803F80u;  // two bf16 ones
+    fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
     __syncthreads();
 
     if (warpgroup < 0) {
@@ -652,6 +660,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     const int key_row = warpgroup * 64;
     bf16* ds_tiles = reinterpret_cast<bf16*>(base + Config::DS_OFFSET);  // [2][BLOCK_KV keys][64]
     float* dq_staging = reinterpret_cast<float*>(base + Config::DQ_OFFSET + warpgroup * Config::DQ_BYTES);
+    float* rowsum_staging = reinterpret_cast<float*>(base + Config::ROWSUM_OFFSET + warpgroup * Config::ROW_BYTES);
 
     // Descriptors. S^T = K Q^T and dP^T = V dO^T: K, V (A) and Q, dO (B) all K-major, the head
     // dim contiguous. dV += P^T dO and dK += dS^T Q: dO and Q as MN-major B (their head dim is
@@ -797,27 +806,6 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
             ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
         }
-        // The dS row sums of the centred dQ, over this warp's 16 keys. At D = 128 the consumers
-        // meet below anyway (both halves of dS^T), so the warps' sums go through shared memory
-        // and one thread per query adds the block's sum to the workspace; at D = 64 each warp
-        // adds its own (a barrier between the consumers costs more there than the atomics).
-        float* rowsum_partials = reinterpret_cast<float*>(base + Config::ROWSUM_PARTIALS_OFFSET) +
-                                 (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
-        {
-            float sums[BLOCK_Q / 4];
-            column_sums(sums, dp);
-            if (lane < 4)
-#pragma unroll
-                for (int n = 0; n < BLOCK_Q / 8; ++n)
-#pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        const int column = n * 8 + fragment_column + i;
-                        if constexpr (Config::SPLIT_COLUMNS)
-                            rowsum_partials[(warpgroup * 4 + warp) * BLOCK_Q + column] = sums[2 * n + i];
-                        else
-                            atomicAdd(ds_rowsum + (head * q_tiles + q_tile) * BLOCK_Q + column, sums[2 * n + i]);
-                    }
-        }
         // dS^T to shared memory for dQ, [BLOCK_KV keys][64 queries] in the 128-byte swizzle: row
         // `key`, chunk n of 8 queries, moved by the XOR with key % 8. Two buffers: one consumer
         // may start on the next tile while the other still reads this one.
@@ -831,25 +819,19 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                     ds_fragment[n / 2][(n % 2) * 2 + r];
         }
         fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
-        if constexpr (!Config::SPLIT_COLUMNS) {
-            named_barrier_sync(1 + warpgroup, 128);
-        } else {
+        if constexpr (Config::SPLIT_COLUMNS)
             named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
-            if (threadIdx.x % 128 < BLOCK_Q / Config::CONSUMERS) {
-                const int column = warpgroup * (BLOCK_Q / Config::CONSUMERS) + int(threadIdx.x) % 128;
-                float sum = 0.0f;
-#pragma unroll
-                for (int w = 0; w < 4 * Config::CONSUMERS; ++w) sum += rowsum_partials[w * BLOCK_Q + column];
-                atomicAdd(ds_rowsum + (head * q_tiles + q_tile) * BLOCK_Q + column, sum);
-            }
-        }
+        else
+            named_barrier_sync(1 + warpgroup, 128);
 
         // excerpt: gradients
-        // dV += P^T dO, dK += dS^T Q (A from registers), dQ_part = dS K (A = dS^T from shared).
-        float dq[DQ_COLUMNS / 2];
+        // dV += P^T dO, dK += dS^T Q (A from registers), dQ_part = dS K (A = dS^T from shared),
+        // and rowsum(dS) = dS 1 over the consumer's own keys.
+        float dq[DQ_COLUMNS / 2], ds_sum[4];
         fence_registers(dk);
         fence_registers(dv);
         fence_registers(dq);
+        fence_registers(ds_sum);
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < Q_STEPS; ++step)
@@ -864,12 +846,17 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         for (int step = 0; step < KEY_STEPS; ++step)
             Wgmma<DQ_COLUMNS>::template ss<1, 1>(dq, mnmajor(ds_keys, BLOCK_KV, step),
                                                  mnmajor(k_keys, BLOCK_KV, step), step > 0);
+#pragma unroll
+        for (int step = 0; step < 4; ++step)
+            Wgmma<8>::template ss<1, 0>(ds_sum, mnmajor(ds_tile + key_row * 64, BLOCK_KV, step),
+                                        kmajor(ones, 8, step), step > 0);
         wgmma_commit();
         // end excerpt
         wgmma_wait<0>();
         fence_registers(dk);
         fence_registers(dv);
         fence_registers(dq);
+        fence_registers(ds_sum);
         // Q, dO and this tile's dS^T have been read.
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&q_empty[stage]);
@@ -884,12 +871,18 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         for (int i = 0; i < DQ_COLUMNS / 8; ++i)
             reinterpret_cast<float4*>(dq_staging)[(warp * (DQ_COLUMNS / 8) + i) * 32 + lane] =
                 make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+        if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
+            rowsum_staging[warp * 16 + fragment_row] = ds_sum[0];
+            rowsum_staging[warp * 16 + fragment_row + 8] = ds_sum[2];
+        }
         fence_proxy_async_shared();
         named_barrier_sync(1 + warpgroup, 128);
         if (leader) {
-            const int64_t block = (int64_t(head) * q_tiles + q_tile) * BLOCK_Q * HEAD_DIM;
+            const int64_t tile = int64_t(head) * q_tiles + q_tile;
             const int part = Config::SPLIT_COLUMNS ? warpgroup * BLOCK_Q * DQ_COLUMNS : 0;
-            bulk_reduce_add_f32(dq_accumulator + block + part, smem_address(dq_staging), Config::DQ_BYTES);
+            bulk_reduce_add_f32(dq_accumulator + tile * BLOCK_Q * HEAD_DIM + part, smem_address(dq_staging),
+                                Config::DQ_BYTES);
+            bulk_reduce_add_f32(ds_rowsum + tile * BLOCK_Q, smem_address(rowsum_staging), Config::ROW_BYTES);
             bulk_commit();
         }
         // end excerpt

@@ -136,6 +136,19 @@ template <int N>
 struct Wgmma;
 
 template <>
+struct Wgmma<8> {
+    template <int TRANSPOSE_A, int TRANSPOSE_B>
+    __device__ static void ss(float (&d)[4], uint64_t a, uint64_t b, int accumulate) {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0, %1, %2, %3}, "
+            "%4, %5, p, 1, 1, %7, %8;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "l"(a), "l"(b), "r"(accumulate), "n"(TRANSPOSE_A), "n"(TRANSPOSE_B));
+    }
+};
+
+template <>
 struct Wgmma<64> {
     template <int TRANSPOSE_A, int TRANSPOSE_B>
     __device__ static void ss(float (&d)[32], uint64_t a, uint64_t b, int accumulate) {

@@ -2,7 +2,8 @@
 #   DTYPE       fp32 | bf16                 (element type of q, k, v, o)
 #   BACKWARD    1 when the stage defines attention_backward
 #   HOPPER      1 when the stage's kernels use sm_90a instructions (wgmma, setmaxnreg): its
-#               attention.cu is built for sm_90a alone, and any ptxas warning fails the build
+#               attention.cu is built for sm_90a alone, and any ptxas warning (or ptxas's
+#               "Potential Performance Loss" note, C7520: serialized wgmma) fails the build
 #               (a serialized wgmma or an ignored setmaxnreg would silently cost the speed)
 #   NVCC_EXTRA  extra nvcc flags of the stage (optional)
 #   SOURCE      the launcher's file (default: attention.cu beside the Makefile)
@@ -77,9 +78,9 @@ $(STAGE_OBJECT): $(SOURCE) $(wildcard $(COMMON)/*.h $(COMMON)/*.cuh) | check-nvc
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(notdir $<) -> $@ (ptxas report in $(BUILD)/build.log)"
 	@$(NVCC) $(BASE_FLAGS) $(STAGE_ARCH_FLAGS) -Xptxas -v -c $< -o $@ > $(BUILD)/build.log 2>&1; status=$$?; \
-	  grep -E "error|warning" $(BUILD)/build.log | grep -v "^ptxas info" >&2; \
+	  grep -E "error|warning|Performance Loss" $(BUILD)/build.log | grep -v "^ptxas info *: Used\|^ptxas info *: Compil\|^ptxas info *: Function" >&2; \
 	  if [ $$status -ne 0 ]; then cat $(BUILD)/build.log >&2; exit $$status; fi; \
-	  if [ "$(HOPPER)" = 1 ] && grep -q "warning" $(BUILD)/build.log; then rm -f $@; \
+	  if [ "$(HOPPER)" = 1 ] && grep -qE "warning|Performance Loss" $(BUILD)/build.log; then rm -f $@; \
 	    echo "error: $(STAGE): a warning in the Hopper build (see above; a serialized wgmma or an ignored setmaxnreg makes the kernel slow)" >&2; exit 1; fi
 
 $(BUILD)/obj/test_%.o: $(STAGE_DIR)/test_%.cu $(wildcard $(COMMON)/*.h) | check-nvcc check-doctest
