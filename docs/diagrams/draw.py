@@ -697,13 +697,14 @@ def backward_flow_11(plt, found):
         flow_box(axis, 11.6, y + 0.4, 1.7, 1.0, "dK, dV\nin registers\n-> TMA store", VALUE_COLOUR, size=7.5)
         flow_arrow(axis, (10.9, y + 0.9), (11.6, y + 0.9))
     flow_box(axis, 7.9, 0.2, 3.0, 1.6, "dSᵀ (both halves) in shared memory\n"
-             "dQ part = dS K (ss, transposed A)\n-> FP32 staging tile", STATE_COLOUR, size=7.5)
+             "dQ part = dS K (ss, transposed A)\nrowsum(dS) = dS·1 (N = 8)\n-> FP32 staging tiles",
+             STATE_COLOUR, size=7.5)
     flow_arrow(axis, (9.4, 2.7), (9.4, 1.8))
     # Consumer 0's half of dS^T goes to the same shared tile: a path around consumer 1.
     axis.plot([10.9, 11.3, 11.3], [5.6, 5.6, 1.2], color="#333333", linewidth=1.0)
     flow_arrow(axis, (11.3, 1.2), (10.9, 1.2))
     axis.text(11.4, 2.2, "each consumer writes\nits half of dSᵀ", fontsize=7.5, va="center")
-    flow_box(axis, 3.8, 0.2, 3.0, 1.6, "FP32 dQ accumulator\nin device memory\n(every block of the head adds)",
+    flow_box(axis, 3.8, 0.2, 3.0, 1.6, "FP32 dQ accumulator\nand rowsum(dS) in device\nmemory (every block adds)",
              grey, size=7.5)
     flow_arrow(axis, (7.9, 1.0), (6.8, 1.0), "cp.reduce\n.async.bulk\n.add.f32", offset=(0, 0.08), size=6.5)
     flow_box(axis, 0.2, 0.2, 2.6, 1.6, "convert kernel\n(dQ - rowsum(dS)·mean K)\n· scale -> bf16",
