@@ -57,6 +57,7 @@ docs-check:
 	@python3 bench/check_forward_copy.py 06_pipelined 07_backward
 	@python3 bench/check_forward_copy.py 10_pingpong 11_hopper_backward
 	@python3 docs/diagrams/draw.py --check
+	@python3 common/wgmma.py --check
 
 # Redraws the chapters' diagrams (docs/diagrams/*.png) from the kernels' constants.
 diagrams:

@@ -1,13 +1,8 @@
-// Stage 07: the backward pass, added to stage 06's forward. The forward is 06's kernel as it
-// stands (it already writes LSE, which is all the backward needs from it; make docs-check
-// checks that the copy is 06's, character for character). The backward is three steps:
-//   1. preprocess: D = rowsum(dO * O) per query row in FP32, a zeroed dQ accumulator, and the
-//      column sums of K (for the centred dQ, see convert_dq_kernel);
-//   2. one pass over the key tiles: one block per 128 keys walks every query tile, recomputes
-//      P from Q, K and LSE, forms dS, keeps dK and dV in registers and adds its share of
-//      dQ = dS K to an FP32 accumulator (on Hopper through the copy engine's bulk reduction,
-//      cp.reduce.async.bulk; before it with atomics) ...
-//   3. ... which a last kernel centres, scales and rounds to bf16.
+// Stage 07: the backward pass, added to stage 06's forward (06's kernel as it stands: it writes
+// LSE, all the backward needs; make docs-check checks the copy character for character).
+// The backward: (1) D = rowsum(dO * O) per query row and the column sums of K; (2) one block
+// per 128 keys walks every query tile, recomputes P, forms dS, keeps dK and dV in registers and
+// adds its share of dQ = dS K to an FP32 accumulator; (3) dQ centred, scaled, rounded to bf16.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -17,6 +12,7 @@
 
 #include "attention.h"
 #include "cuda_check.h"
+#include "fragments.cuh"
 #include "ptx.cuh"
 #include "swizzle.h"
 #include "validate.h"
@@ -397,40 +393,6 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 
 // ---- forward: end (bench/check_forward_copy.py, run by make docs-check, keeps it 06's) ----
 
-// ==== the backward pass: mma fragments from (swizzled) tiles ================================
-// A (16 x 16) from a row-major tile: rows row_start.., columns column_start..
-template <class Layout>
-__device__ __forceinline__ void load_a(uint32_t (&a)[4], const bf16* tile, int row_start,
-                                       int column_start, int lane) {
-    ldmatrix_x4(a, smem_address(tile + Layout::offset(row_start + lane % 16,
-                                                      column_start + (lane / 16) * 8)));
-}
-// A (16 x 16) whose transpose is stored: the tile holds A^T row-major (rows are A's k).
-template <class Layout>
-__device__ __forceinline__ void load_a_transposed(uint32_t (&a)[4], const bf16* tile,
-                                                  int m_start, int k_start, int lane) {
-    ldmatrix_x4_trans(a, smem_address(tile + Layout::offset(k_start + lane % 8 + (lane / 16) * 8,
-                                                            m_start + ((lane / 8) % 2) * 8)));
-}
-// B of two n-tiles (b[0..1]: n_start.., b[2..3]: n_start + 8..) over k_start..+15, from a tile
-// that stores B^T row-major ([n][k], as K is stored for S = Q K^T).
-template <class Layout>
-__device__ __forceinline__ void load_b(uint32_t (&b)[4], const bf16* tile, int n_start,
-                                       int k_start, int lane) {
-    ldmatrix_x4(b, smem_address(tile + Layout::offset(n_start + lane % 8 + (lane / 16) * 8,
-                                                      k_start + ((lane / 8) % 2) * 8)));
-}
-// The same two n-tiles from a tile that stores B row-major ([k][n], as V is for O = P V).
-template <class Layout>
-__device__ __forceinline__ void load_b_transposed(uint32_t (&b)[4], const bf16* tile,
-                                                  int n_start, int k_start, int lane) {
-    ldmatrix_x4_trans(b, smem_address(tile + Layout::offset(k_start + lane % 8 + ((lane / 8) % 2) * 8,
-                                                            n_start + (lane / 16) * 8)));
-}
-__device__ __forceinline__ void store_bf16x2(bf16* destination, float low, float high) {
-    *reinterpret_cast<__nv_bfloat162*>(destination) = __floats2bfloat162_rn(low, high);
-}
-
 // ---- backward 1: D = rowsum(dO * O), one warp per row -------------------------------------
 constexpr int PRE_THREADS = 256;
 
@@ -442,8 +404,7 @@ preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
     const int64_t warps = int64_t(gridDim.x) * (PRE_THREADS / 32);
     for (int64_t row = int64_t(blockIdx.x) * (PRE_THREADS / 32) + threadIdx.x / 32; row < rows;
          row += warps) {
-        const bf16* o_row = O + row * HEAD_DIM;
-        const bf16* do_row = dO + row * HEAD_DIM;
+        const bf16 *o_row = O + row * HEAD_DIM, *do_row = dO + row * HEAD_DIM;
         float sum = 0.0f;
 #pragma unroll
         for (int d = lane * 2; d < HEAD_DIM; d += 64) {
@@ -459,13 +420,9 @@ preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
 
 // ---- backward 2: dK, dV and dQ in one pass (FlashAttention-2's split) ----------------------
 // One block of 8 warps owns 128 keys and walks the query tiles (64 rows at D = 128, 128 at
-// D = 64). Each of a tile's five products is split over the warps in the shape that reads
-// least shared memory per mma: S = Q K^T and dP = dO V^T in warps of 32 queries x 32 keys;
-// P and dS = P (dP - D) to shared memory in bf16; dV += P^T dO and dK += dS^T Q in warps of
-// 32 keys x D/2 dims, in registers for the whole walk; dQ = dS K in warps of 32 queries x
-// D/4 dims, added to an FP32 accumulator (on Hopper by the copy engine, cp.reduce.async.bulk,
-// while the warp goes on; before it with atomics). dV, then dQ, then dK, as FlashAttention-2
-// orders them. docs/lab-notes/07_backward.md holds the designs measured against this one.
+// D = 64). Each product is split over the warps in the shape that reads least shared memory
+// per mma (chapter 07's table); dK and dV stay in registers for the whole walk, dQ goes to an
+// FP32 accumulator (by the copy engine on Hopper, by atomics before it).
 template <int HEAD_DIM_>
 struct OnePassTiles {
     static constexpr int HEAD_DIM = HEAD_DIM_;
@@ -478,8 +435,7 @@ struct OnePassTiles {
     static_assert(Q_WARPS * K_WARPS == WARPS && KEY_WARPS * DIM_WARPS == WARPS, "warp grids");
     static constexpr int KV_TILE = BLOCK_KV * HEAD_DIM, Q_TILE = BLOCK_Q * HEAD_DIM;
     static constexpr int SCORE_TILE = BLOCK_Q * BLOCK_KV;
-    // Q and dO arrive Q_STAGES - 1 tiles ahead of their use: three stages on Hopper, two before
-    // it, where shared memory is smaller.
+    // Q and dO arrive Q_STAGES - 1 tiles ahead: three stages on Hopper, two on older GPUs.
     static constexpr int HOPPER_Q_STAGES = 3, OLDER_Q_STAGES = 2;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
     static constexpr int Q_STAGES = OLDER_Q_STAGES;
@@ -493,9 +449,8 @@ struct OnePassTiles {
     static constexpr int DQ_DIMS = HEAD_DIM / K_WARPS, DQ_D_TILES = DQ_DIMS / 8;
     static constexpr int DQ_FRAGMENTS = 2 * DQ_D_TILES, DQ_WARP_FLOATS = DQ_FRAGMENTS * 32 * 4;
     static_assert(DQ_WARP_FLOATS * WARPS == Q_TILE, "the warps' dQ shares tile the chunk");
-    // K, V; Q_STAGES buffers each of Q and dO; P and dS; LSE and D, two buffers each; on
-    // Hopper one FP32 Q tile more, where dQ waits for the copy engine. 225 KiB at D = 128 on
-    // Hopper (of the 227 a block may have), 161 KiB before it.
+    // K, V; Q_STAGES of Q and dO; P and dS; LSE and D, two buffers each; on Hopper one FP32 Q
+    // tile more, where dQ waits for the copy engine. At D = 128: 225 KiB on Hopper, 161 before.
     static constexpr size_t shared_bytes(bool hopper) {
         return sizeof(bf16) * (2 * size_t(KV_TILE) +
                                2 * size_t(hopper ? HOPPER_Q_STAGES : OLDER_Q_STAGES) * Q_TILE +
@@ -510,14 +465,12 @@ struct OnePassTiles {
 // fragment rows fragment_row and + 8, columns fragment_column and + 1.
 template <class Tiles>
 struct OnePass {
-    static constexpr int HEAD_DIM = Tiles::HEAD_DIM, THREADS = Tiles::THREADS;
+    static constexpr int HEAD_DIM = Tiles::HEAD_DIM;
     using Layout = Tile<HEAD_DIM>;
     using ScoreTile = Tile<Tiles::BLOCK_KV>;  // P and dS: one row of BLOCK_KV keys per query
-    static constexpr int BLOCK_Q = Tiles::BLOCK_Q, BLOCK_KV = Tiles::BLOCK_KV;
-    static constexpr int Q_STAGES = Tiles::Q_STAGES;
+    static constexpr int BLOCK_Q = Tiles::BLOCK_Q, BLOCK_KV = Tiles::BLOCK_KV, Q_STAGES = Tiles::Q_STAGES;
     static constexpr int Q_WARPS = Tiles::Q_WARPS, K_WARPS = Tiles::K_WARPS;
-    static constexpr int S_KEYS = BLOCK_KV / K_WARPS;  // keys of S and dP per warp
-    static constexpr int S_TILES = S_KEYS / 8;
+    static constexpr int S_KEYS = BLOCK_KV / K_WARPS, S_TILES = S_KEYS / 8;  // S and dP, per warp
     // k-steps of S and dP (over the head dim), of dV and dK (the queries), of dQ (the keys)
     static constexpr int QK_STEPS = HEAD_DIM / 16, Q_STEPS = BLOCK_Q / 16, KV_STEPS = BLOCK_KV / 16;
     static constexpr int KV_DIMS = HEAD_DIM / Tiles::DIM_WARPS;  // dims of dK and dV per warp
@@ -531,42 +484,19 @@ struct OnePass {
     float* warp_sums;  // [K_WARPS][BLOCK_Q] for the exact D, in P's space while P is unused
     float* dq_stage;   // Hopper: this warp's dQ on its way to the accumulator
     int warp, lane, fragment_row, fragment_column, s_q, s_k, kv_k, kv_d, dq_d;
-
     __device__ __forceinline__ explicit OnePass(unsigned char* shared) {
-        k_tile = reinterpret_cast<bf16*>(shared);
-        v_tile = k_tile + Tiles::KV_TILE;
-        q_tiles = v_tile + Tiles::KV_TILE;
-        do_tiles = q_tiles + Q_STAGES * Tiles::Q_TILE;
-        p_tile = do_tiles + Q_STAGES * Tiles::Q_TILE;
-        ds_tile = p_tile + Tiles::SCORE_TILE;
+        k_tile = reinterpret_cast<bf16*>(shared), v_tile = k_tile + Tiles::KV_TILE;
+        q_tiles = v_tile + Tiles::KV_TILE, do_tiles = q_tiles + Q_STAGES * Tiles::Q_TILE;
+        p_tile = do_tiles + Q_STAGES * Tiles::Q_TILE, ds_tile = p_tile + Tiles::SCORE_TILE;
         lse_log2 = reinterpret_cast<float*>(ds_tile + Tiles::SCORE_TILE);
-        D_tiles = lse_log2 + 2 * BLOCK_Q;
-        warp_sums = reinterpret_cast<float*>(p_tile);
+        D_tiles = lse_log2 + 2 * BLOCK_Q, warp_sums = reinterpret_cast<float*>(p_tile);
         dq_stage = D_tiles + 2 * BLOCK_Q + int(threadIdx.x) / 32 * Tiles::DQ_WARP_FLOATS;
-        warp = threadIdx.x / 32;
-        lane = threadIdx.x % 32;
-        fragment_row = lane / 4;
-        fragment_column = 2 * (lane % 4);
-        s_q = (warp % Q_WARPS) * 32;
-        s_k = (warp / Q_WARPS) * S_KEYS;
-        kv_k = (warp / Tiles::DIM_WARPS) * 32;
-        kv_d = (warp % Tiles::DIM_WARPS) * KV_DIMS;
+        warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        fragment_row = lane / 4, fragment_column = 2 * (lane % 4);
+        s_q = (warp % Q_WARPS) * 32, s_k = (warp / Q_WARPS) * S_KEYS;
+        kv_k = (warp / Tiles::DIM_WARPS) * 32, kv_d = (warp % Tiles::DIM_WARPS) * KV_DIMS;
         dq_d = (warp / Q_WARPS) * Tiles::DQ_DIMS;
     }
-    // Q and dO of a query tile into stage `stage`, as one cp.async group (an empty group past
-    // the last tile, so that every tile accounts for exactly one group).
-    __device__ __forceinline__ void load_query_tile(const bf16* q_head, const bf16* do_head,
-                                                    int tile, int stage, int q_tile_count,
-                                                    int len_q) const {
-        if (tile < q_tile_count) {
-            load_tile<BLOCK_Q, HEAD_DIM, THREADS>(q_tiles + stage * Tiles::Q_TILE, q_head,
-                                                  tile * BLOCK_Q, len_q);
-            load_tile<BLOCK_Q, HEAD_DIM, THREADS>(do_tiles + stage * Tiles::Q_TILE, do_head,
-                                                  tile * BLOCK_Q, len_q);
-        }
-        cp_async_commit();
-    }
-
     // S = Q K^T and dP = dO V^T, this warp's 32 x S_KEYS of each.
     __device__ __forceinline__ void scores(Scores& s, Scores& dp, const bf16* q_tile,
                                            const bf16* do_tile) const {
@@ -583,16 +513,12 @@ struct OnePass {
                 uint32_t b[4];
                 load_b<Layout>(b, k_tile, s_k + np * 16, step * 16, lane);
 #pragma unroll
-                for (int row_tile = 0; row_tile < 2; ++row_tile) {
-                    mma_m16n8k16_bf16(s[row_tile][2 * np], a[row_tile], b[0], b[1]);
-                    mma_m16n8k16_bf16(s[row_tile][2 * np + 1], a[row_tile], b[2], b[3]);
-                }
+                for (int row_tile = 0; row_tile < 2; ++row_tile)
+                    mma_two_tiles(s[row_tile], 2 * np, a[row_tile], b);
                 load_b<Layout>(b, v_tile, s_k + np * 16, step * 16, lane);
 #pragma unroll
-                for (int row_tile = 0; row_tile < 2; ++row_tile) {
-                    mma_m16n8k16_bf16(dp[row_tile][2 * np], a2[row_tile], b[0], b[1]);
-                    mma_m16n8k16_bf16(dp[row_tile][2 * np + 1], a2[row_tile], b[2], b[3]);
-                }
+                for (int row_tile = 0; row_tile < 2; ++row_tile)
+                    mma_two_tiles(dp[row_tile], 2 * np, a2[row_tile], b);
             }
         }
     }
@@ -699,10 +625,8 @@ struct OnePass {
                 uint32_t b[4];
                 load_b_transposed<Layout>(b, b_tile, kv_d + np * 16, step * 16, lane);
 #pragma unroll
-                for (int row_tile = 0; row_tile < 2; ++row_tile) {
-                    mma_m16n8k16_bf16(gradient[row_tile][2 * np], a[row_tile], b[0], b[1]);
-                    mma_m16n8k16_bf16(gradient[row_tile][2 * np + 1], a[row_tile], b[2], b[3]);
-                }
+                for (int row_tile = 0; row_tile < 2; ++row_tile)
+                    mma_two_tiles(gradient[row_tile], 2 * np, a[row_tile], b);
             }
         }
     }
@@ -724,10 +648,8 @@ struct OnePass {
                 uint32_t b[4];
                 load_b_transposed<Layout>(b, k_tile, dq_d + np * 16, step * 16, lane);
 #pragma unroll
-                for (int row_tile = 0; row_tile < 2; ++row_tile) {
-                    mma_m16n8k16_bf16(dq[row_tile][2 * np], a[row_tile], b[0], b[1]);
-                    mma_m16n8k16_bf16(dq[row_tile][2 * np + 1], a[row_tile], b[2], b[3]);
-                }
+                for (int row_tile = 0; row_tile < 2; ++row_tile)
+                    mma_two_tiles(dq[row_tile], 2 * np, a[row_tile], b);
             }
         }
         // excerpt: dq-hand-over
@@ -792,8 +714,8 @@ struct OnePass {
             for (int r = 0; r < 2; ++r) {
                 const int key = kv_start + kv_k + row_tile * 16 + fragment_row + r * 8;
                 if (key >= len_kv) continue;
-                bf16* dk_row = dK + (head * len_kv + key) * HEAD_DIM + kv_d;
-                bf16* dv_row = dV + (head * len_kv + key) * HEAD_DIM + kv_d;
+                const int64_t offset = (head * len_kv + key) * HEAD_DIM + kv_d;
+                bf16 *dk_row = dK + offset, *dv_row = dV + offset;
 #pragma unroll
                 for (int n = 0; n < KV_D_TILES; ++n) {
                     store_bf16x2(dk_row + n * 8 + fragment_column, dk[row_tile][n][2 * r] * scale,
@@ -822,10 +744,8 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
     // Heads are the slow index, so the blocks in flight share the Q, dO and dQ of few heads.
     const int64_t head = int(blockIdx.x) / kv_blocks;
     const int kv_start = (int(blockIdx.x) % kv_blocks) * BLOCK_KV;
-    const bf16* q_head = Q + head * len_q * HEAD_DIM;
-    const bf16* do_head = dO + head * len_q * HEAD_DIM;
-    const float* lse_head = lse + head * len_q;
-    const float* D_head = D + head * len_q;
+    const bf16 *q_head = Q + head * len_q * HEAD_DIM, *do_head = dO + head * len_q * HEAD_DIM;
+    const float *lse_head = lse + head * len_q, *D_head = D + head * len_q;
     // One block holding every key sees whole rows of P and dP: D = rowsum(P * dP) exactly.
     const bool D_is_exact = kv_blocks == 1;
     typename OnePass<Tiles>::KeyGradient dk = {}, dv = {};
@@ -842,12 +762,9 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
     float next_lse = INFINITY, next_D = 0.0f;
     auto load_row_stats = [&](int tile) {
         const int row = tile * BLOCK_Q + int(threadIdx.x);
-        next_lse = INFINITY;
-        next_D = 0.0f;
-        if (stats_thread && row < len_q) {
-            next_lse = lse_head[row];
-            next_D = D_head[row];
-        }
+        const bool inside = stats_thread && row < len_q;
+        next_lse = inside ? lse_head[row] : INFINITY;
+        next_D = inside ? D_head[row] : 0.0f;
     };
     auto store_row_stats = [&](int buffer) {
         if (stats_thread) {
@@ -855,8 +772,15 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
             step.D_tiles[buffer * BLOCK_Q + threadIdx.x] = next_D;
         }
     };
+    // Q and dO of a query tile into stage `stage`, as one cp.async group (an empty group past
+    // the last tile, so that every tile accounts for exactly one group).
     auto load_query_tile = [&](int tile, int stage) {
-        step.load_query_tile(q_head, do_head, tile, stage, q_tile_count, len_q);
+        if (tile < q_tile_count) {
+            const int offset = stage * Tiles::Q_TILE, row = tile * BLOCK_Q;
+            load_tile<BLOCK_Q, HEAD_DIM, THREADS>(step.q_tiles + offset, q_head, row, len_q);
+            load_tile<BLOCK_Q, HEAD_DIM, THREADS>(step.do_tiles + offset, do_head, row, len_q);
+        }
+        cp_async_commit();
     };
 
     if (first_tile < q_tile_count) {
@@ -912,27 +836,21 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 }
 
 // ---- backward 3: the FP32 dQ accumulator, centred, scaled, to bf16 ------------------------
-// dQ_i = scale sum_j dS_ij K_j = scale (sum_j dS_ij (K_j - c) + (sum_j dS_ij) c) for any c, and
-// sum_j dS_ij = D_i(exact) - D_i(used) is zero in exact arithmetic. With D from the bf16 O it
-// is not, and its error times c = mean of K is the largest error in dQ at long lengths; so the
-// one-pass kernel keeps sum_j dS_ij and this subtracts (sum_j dS_ij) mean(K): the centred form.
-// The accumulator is in the one-pass kernel's order (OnePassTiles): each thread takes one lane's
-// 4 floats of one fragment, i.e. 2 neighbouring dims of 2 rows 8 apart.
+// dQ_i = scale sum_j dS_ij (K_j - c) for any c, since sum_j dS_ij = 0 in exact arithmetic; with
+// D from the bf16 O it is not, and c = mean(K) keeps K's common part from multiplying that
+// error (chapter 07, Precision): this subtracts (sum_j dS_ij) mean(K). The accumulator is in
+// the one-pass kernel's order: a thread takes one lane's 4 floats of a fragment (2 dims, 2 rows).
 template <class Tiles>
-__global__ void convert_dq_kernel(const float* __restrict__ dq_accum,
-                                  const float* __restrict__ ds_rowsum,
-                                  const float* __restrict__ key_sum, bf16* __restrict__ dQ,
-                                  int64_t fragments, int len_q, int q_tiles, float inverse_len_kv,
-                                  float scale) {
-    constexpr int HEAD_DIM = Tiles::HEAD_DIM;
-    constexpr int CHUNK_FRAGMENTS = Tiles::Q_TILE / 4;  // float4s per (head, query tile)
+__global__ void convert_dq_kernel(const float* __restrict__ dq_accum, const float* __restrict__ ds_rowsum,
+                                  const float* __restrict__ key_sum, bf16* __restrict__ dQ, int64_t fragments,
+                                  int len_q, int q_tiles, float inverse_len_kv, float scale) {
+    constexpr int HEAD_DIM = Tiles::HEAD_DIM, CHUNK_FRAGMENTS = Tiles::Q_TILE / 4;  // float4s per tile
     for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < fragments;
          f += int64_t(gridDim.x) * blockDim.x) {
         const int64_t chunk = f / CHUNK_FRAGMENTS;
         const int within = int(f % CHUNK_FRAGMENTS);
-        const int warp = within / (Tiles::DQ_FRAGMENTS * 32);
+        const int warp = within / (Tiles::DQ_FRAGMENTS * 32), lane = within % 32;
         const int fragment = within / 32 % Tiles::DQ_FRAGMENTS;
-        const int lane = within % 32;
         const int row_tile = fragment / Tiles::DQ_D_TILES, n = fragment % Tiles::DQ_D_TILES;
         const int64_t head = chunk / q_tiles;
         const int row = int(chunk % q_tiles) * Tiles::BLOCK_Q + (warp % Tiles::Q_WARPS) * 32 +
@@ -940,72 +858,50 @@ __global__ void convert_dq_kernel(const float* __restrict__ dq_accum,
         const int d = (warp / Tiles::Q_WARPS) * Tiles::DQ_DIMS + n * 8 + 2 * (lane % 4);
         const float4 value = reinterpret_cast<const float4*>(dq_accum)[f];
         const float2 sums = *reinterpret_cast<const float2*>(key_sum + head * HEAD_DIM + d);
-        // rowsum(dS) * mean(K) = (rowsum(dS) / len_kv) * sum(K)
-        if (row < len_q) {
-            const float weight = ds_rowsum[head * len_q + row] * inverse_len_kv;
-            store_bf16x2(dQ + (head * len_q + row) * HEAD_DIM + d, (value.x - weight * sums.x) * scale,
-                         (value.y - weight * sums.y) * scale);
-        }
-        if (row + 8 < len_q) {
-            const float weight = ds_rowsum[head * len_q + row + 8] * inverse_len_kv;
-            store_bf16x2(dQ + (head * len_q + row + 8) * HEAD_DIM + d,
-                         (value.z - weight * sums.x) * scale, (value.w - weight * sums.y) * scale);
+        // rowsum(dS) * mean(K) = (rowsum(dS) / len_kv) * sum(K), for rows row and row + 8
+        const float pair[2][2] = {{value.x, value.y}, {value.z, value.w}};
+        for (int r = 0; r < 2; ++r) {
+            if (row + 8 * r >= len_q) break;
+            const float weight = ds_rowsum[head * len_q + row + 8 * r] * inverse_len_kv;
+            store_bf16x2(dQ + (head * len_q + row + 8 * r) * HEAD_DIM + d,
+                         (pair[r][0] - weight * sums.x) * scale, (pair[r][1] - weight * sums.y) * scale);
         }
     }
 }
 
-// Column sums of K per (batch, head), in a fixed order so that the result (and the dQ that
-// uses it) is the same from run to run: first one partial sum per 64-key slice, one column per
-// thread, then one thread per column adds the slices up in order.
+// Column sums of K per (batch, head), for the centred dQ: a block sums one column over 64
+// keys and adds it in (in no fixed order, like dQ itself).
 constexpr int KEY_SUM_ROWS = 64;
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(HEAD_DIM)
-key_partial_sum_kernel(const bf16* __restrict__ K, float* __restrict__ partial, int len_kv) {
+key_sum_kernel(const bf16* __restrict__ K, float* __restrict__ key_sum, int len_kv) {
     const int64_t head = blockIdx.x;
-    const int begin = blockIdx.y * KEY_SUM_ROWS;
-    const int end = min(len_kv, begin + KEY_SUM_ROWS);
+    const int begin = blockIdx.y * KEY_SUM_ROWS, end = min(len_kv, begin + KEY_SUM_ROWS);
     const bf16* column = K + head * len_kv * HEAD_DIM + threadIdx.x;
     float sum = 0.0f;
     for (int j = begin; j < end; ++j) sum += __bfloat162float(column[int64_t(j) * HEAD_DIM]);
-    partial[(head * gridDim.y + blockIdx.y) * HEAD_DIM + threadIdx.x] = sum;
-}
-
-template <int HEAD_DIM>
-__global__ void __launch_bounds__(HEAD_DIM)
-key_sum_kernel(const float* __restrict__ partial, float* __restrict__ key_sum, int slices) {
-    const int64_t head = blockIdx.x;
-    float sum = 0.0f;
-    for (int slice = 0; slice < slices; ++slice)
-        sum += partial[(head * slices + slice) * HEAD_DIM + threadIdx.x];
-    key_sum[head * HEAD_DIM + threadIdx.x] = sum;
+    atomicAdd(key_sum + head * HEAD_DIM + threadIdx.x, sum);
 }
 
 // ---- launchers ------------------------------------------------------------------------------
-
-// key_partial_sum_kernel puts the 64-key slice in gridDim.y (at most 65535): 2^20 keeps it
-// there.
+// key_sum_kernel puts the 64-key slice in gridDim.y (at most 65535): 2^20 keeps it there.
 constexpr int MAX_LENGTH = 1 << 20;
 
-// The workspace: D and rowsum(dS) per query row, the column sums of K per head and their
-// per-slice partial sums, then the FP32 dQ accumulator (whole query tiles of the one-pass
-// kernel, the last one padded).
+// The workspace: D per query row, then what is summed into and so starts at zero: rowsum(dS)
+// per query row, the column sums of K per head, the FP32 dQ accumulator (whole query tiles of
+// the one-pass kernel, the last one padded).
 struct WorkspaceLayout {
-    size_t D = 0, ds_rowsum = 0, key_sum = 0, key_partial = 0, dq_accum = 0, total = 0;
-    size_t dq_accum_bytes = 0;
+    size_t D = 0, ds_rowsum = 0, key_sum = 0, dq_accum = 0, total = 0;
     explicit WorkspaceLayout(const AttentionShape& shape) {
         auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
         const size_t row_bytes = rounded(size_t(shape.lse_elements()) * sizeof(float));
-        ds_rowsum = row_bytes;
-        key_sum = 2 * row_bytes;
+        ds_rowsum = row_bytes, key_sum = 2 * row_bytes;
         const size_t heads = size_t(shape.batch) * shape.heads;
-        key_partial = key_sum + rounded(heads * shape.head_dim * sizeof(float));
-        const size_t slices = size_t(ceil_div(shape.len_kv, KEY_SUM_ROWS));
-        dq_accum = key_partial + rounded(heads * slices * shape.head_dim * sizeof(float));
+        dq_accum = key_sum + rounded(heads * shape.head_dim * sizeof(float));
         const int block_q = shape.head_dim == 64 ? OnePassTiles<64>::BLOCK_Q : OnePassTiles<128>::BLOCK_Q;
         const size_t accum_rows = heads * size_t(ceil_div(shape.len_q, block_q)) * block_q;
-        dq_accum_bytes = accum_rows * shape.head_dim * sizeof(float);
-        total = dq_accum + dq_accum_bytes;
+        total = dq_accum + accum_rows * shape.head_dim * sizeof(float);
     }
 };
 
@@ -1017,8 +913,7 @@ void validate_backward_grids(const AttentionShape& shape) {
     const int64_t blocks = int64_t(shape.batch) * shape.heads * kv_blocks;
     if (blocks > INT_MAX)
         throw std::invalid_argument("attention_backward: batch * heads * ceil(len_kv / " +
-                                    std::to_string(OnePassTiles<64>::BLOCK_KV) + ") = " +
-                                    std::to_string(blocks) +
+                                    std::to_string(OnePassTiles<64>::BLOCK_KV) + ") = " + std::to_string(blocks) +
                                     " is not allowed: must be at most 2^31 - 1");
 }
 
@@ -1030,25 +925,19 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const WorkspaceLayout layout(shape);
     Workspace workspace(layout.total, stream);  // refuses, before any launch, what cannot fit
     char* base = workspace.as<char>();
-    float* D = reinterpret_cast<float*>(base + layout.D);
-    float* ds_rowsum = reinterpret_cast<float*>(base + layout.ds_rowsum);
-    float* key_sum = reinterpret_cast<float*>(base + layout.key_sum);
-    float* key_partial = reinterpret_cast<float*>(base + layout.key_partial);
-    float* dq_accum = reinterpret_cast<float*>(base + layout.dq_accum);
+    auto at = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
+    float *D = at(layout.D), *ds_rowsum = at(layout.ds_rowsum);
+    float *key_sum = at(layout.key_sum), *dq_accum = at(layout.dq_accum);
     const float scale = shape.softmax_scale();
     const unsigned heads = unsigned(shape.batch * shape.heads);
     const int64_t rows = shape.lse_elements();
 
-    CUDA_CHECK(cudaMemsetAsync(ds_rowsum, 0, size_t(rows) * sizeof(float), stream));
-    CUDA_CHECK(cudaMemsetAsync(dq_accum, 0, layout.dq_accum_bytes, stream));
+    CUDA_CHECK(cudaMemsetAsync(ds_rowsum, 0, layout.total - layout.ds_rowsum, stream));
     const int pre_blocks = int(std::min<int64_t>((rows + 7) / 8, 65536));
     preprocess_kernel<HEAD_DIM><<<pre_blocks, PRE_THREADS, 0, stream>>>(o, dout, D, rows);
     CUDA_CHECK(cudaGetLastError());
-    const int slices = ceil_div(shape.len_kv, KEY_SUM_ROWS);
-    key_partial_sum_kernel<HEAD_DIM><<<dim3(heads, unsigned(slices)), HEAD_DIM, 0, stream>>>(
-        k, key_partial, shape.len_kv);
-    CUDA_CHECK(cudaGetLastError());
-    key_sum_kernel<HEAD_DIM><<<heads, HEAD_DIM, 0, stream>>>(key_partial, key_sum, slices);
+    key_sum_kernel<HEAD_DIM><<<dim3(heads, unsigned(ceil_div(shape.len_kv, KEY_SUM_ROWS))), HEAD_DIM,
+                               0, stream>>>(k, key_sum, shape.len_kv);
     CUDA_CHECK(cudaGetLastError());
 
     int device = 0, major = 0;
@@ -1063,7 +952,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
         q, k, v, dout, lse, D, dk, dv, dq_accum, ds_rowsum, shape.len_q, shape.len_kv, kv_blocks,
         scale, shape.causal);
     CUDA_CHECK(cudaGetLastError());
-    const int64_t fragments = int64_t(layout.dq_accum_bytes / (4 * sizeof(float)));
+    const int64_t fragments = int64_t((layout.total - layout.dq_accum) / (4 * sizeof(float)));
     const int convert_blocks = int(std::min<int64_t>((fragments + 255) / 256, 65536));
     convert_dq_kernel<Tiles><<<convert_blocks, 256, 0, stream>>>(
         dq_accum, ds_rowsum, key_sum, dq, fragments, shape.len_q,

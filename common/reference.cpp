@@ -10,6 +10,13 @@ int64_t visible_keys(const AttentionShape& shape, int64_t row) {
     return shape.causal ? std::min<int64_t>(row + 1, shape.len_kv) : shape.len_kv;
 }
 
+QueryRow query_row(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                   int64_t row_index) {
+    const int64_t D = shape.head_dim, Lq = shape.len_q, Lk = shape.len_kv;
+    const int64_t head = row_index / Lq;
+    return {q + row_index * D, k + head * Lk * D, v + head * Lk * D, visible_keys(shape, row_index % Lq)};
+}
+
 double scaled_scores(const float* q_row, const float* k_head, int64_t keys, int64_t head_dim,
                      double scale, double* scores) {
     double max_score = -INFINITY;
@@ -24,14 +31,12 @@ double scaled_scores(const float* q_row, const float* k_head, int64_t keys, int6
 
 void reference_forward(const AttentionShape& shape, const float* q, const float* k,
                        const float* v, double* o, double* lse) {
-    const int64_t D = shape.head_dim, Lq = shape.len_q, Lk = shape.len_kv;
+    const int64_t D = shape.head_dim, Lq = shape.len_q;
     const double scale = shape.softmax_scale();
     parallel_for(int64_t(shape.batch) * shape.heads * Lq, [&](int64_t row_index) {
-        const int64_t head = row_index / Lq, i = row_index % Lq;
-        const float* q_row = q + row_index * D;
-        const float* k_head = k + head * Lk * D;
-        const float* v_head = v + head * Lk * D;
-        const int64_t keys = visible_keys(shape, i);
+        const QueryRow row = query_row(shape, q, k, v, row_index);
+        const float *q_row = row.q, *k_head = row.k, *v_head = row.v;
+        const int64_t keys = row.keys;
 
         std::vector<double> scores(static_cast<size_t>(keys));
         const double max_score = scaled_scores(q_row, k_head, keys, D, scale, scores.data());
@@ -49,14 +54,12 @@ void reference_forward(const AttentionShape& shape, const float* q, const float*
 
 void emulated_bf16_forward(const AttentionShape& shape, const float* q, const float* k,
                            const float* v, float* o) {
-    const int64_t D = shape.head_dim, Lq = shape.len_q, Lk = shape.len_kv;
+    const int64_t D = shape.head_dim, Lq = shape.len_q;
     const float scale = shape.softmax_scale();
     parallel_for(int64_t(shape.batch) * shape.heads * Lq, [&](int64_t row_index) {
-        const int64_t head = row_index / Lq, i = row_index % Lq;
-        const float* q_row = q + row_index * D;
-        const float* k_head = k + head * Lk * D;
-        const float* v_head = v + head * Lk * D;
-        const int64_t keys = visible_keys(shape, i);
+        const QueryRow row = query_row(shape, q, k, v, row_index);
+        const float *q_row = row.q, *k_head = row.k, *v_head = row.v;
+        const int64_t keys = row.keys;
 
         std::vector<float> scores(static_cast<size_t>(keys));
         float max_score = -INFINITY;

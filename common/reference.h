@@ -12,6 +12,17 @@
 // PyTorch's is_causal: query i sees key j iff j <= i.
 int64_t visible_keys(const AttentionShape& shape, int64_t row);
 
+// What the forward references need of one query row; row_index counts the rows of all heads
+// ([batch * heads * len_q]): the row of Q, its head's K and V, and the keys the row sees.
+struct QueryRow {
+    const float* q;
+    const float* k;
+    const float* v;
+    int64_t keys;
+};
+QueryRow query_row(const AttentionShape& shape, const float* q, const float* k, const float* v,
+                   int64_t row_index);
+
 // scores[j] = scale * (q_row . k_j) in FP64 for the first `keys` rows of k_head ([*, head_dim]);
 // returns their max (-inf when keys is 0). The first step of both FP64 references.
 double scaled_scores(const float* q_row, const float* k_head, int64_t keys, int64_t head_dim,
