@@ -398,8 +398,6 @@ def matmul_ceiling(torch, dtype, name):
         tflops = 2.0 * m * n * k / (shape_ms * 1e-3) / 1e12
         rates.append(f"{m}x{n}x{k} {tflops:.1f}")
         best = max(best, (tflops, shape_ms))
-    del a_store, b_store, c_store
-    torch.cuda.empty_cache()
     method = (f"torch.matmul {name} in and out{' with TF32 off' if name == 'fp32' else ''} "
               f"(A row-major m x k), torch {torch.__version__}; "
               f"best of {len(GEMM_SHAPES)} shapes (m x n x k TFLOP/s: {', '.join(rates)}), "
@@ -417,6 +415,7 @@ def record_matmul_ceilings(torch, path, gpu):
         rows = [row for row in reader if not row["ceiling"].endswith("_torch_matmul")]
     for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
         tflops, ms, method = matmul_ceiling(torch, dtype, name)
+        torch.cuda.empty_cache()  # the operands died with matmul_ceiling's frame
         print(f"[torch] ceiling {name}_torch_matmul: {tflops:.1f} TFLOP/s ({method})", flush=True)
         rows.append({"gpu": gpu, "ceiling": f"{name}_torch_matmul", "value": f"{tflops:.6g}",
                      "unit": "TFLOP/s", "median_ms": f"{ms:.6g}", "method": method})
