@@ -667,11 +667,13 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
         ax.bar(x, value - low, bottom=low, width=0.72, color=color, zorder=3,
                hatch="///" if backward else None, edgecolor="white" if backward else color,
                linewidth=0)
-        ax.text(x, value / 1.1, f"{value:.3g}", ha="center", va="top", fontsize=8.5,
-                color="white", fontweight="bold", zorder=5)
+        # On the bar's own colour, so that the hatching of a backward bar does not cross it.
+        box = dict(boxstyle="square,pad=0.15", facecolor=color, edgecolor="none")
+        ax.text(x, value / 1.2, f"{value:.3g}", ha="center", va="top", fontsize=8.5,
+                color="white", fontweight="bold", zorder=5, bbox=box)
         if step.pct_sol is not None:
-            ax.text(x, low * 1.1, f"{step.pct_sol:.0f}%", ha="center", va="bottom",
-                    fontsize=8, color="white", zorder=5)
+            ax.text(x, low * 1.12, f"{step.pct_sol:.0f}%", ha="center", va="bottom",
+                    fontsize=8, color="white", zorder=5, bbox=box)
     labels = []
     for _, step in positions:
         label = _tick_label(step.stage)
