@@ -712,7 +712,7 @@ def chapter_speedup_figure(results: Results) -> dict[str, Figure]:
         if gain.stage not in chapters:
             chapters.append(gain.stage)
     fig = _figure(13.5, 5.6)
-    fig.subplots_adjust(left=0.06, right=_legend_edge(fig, 2.9), bottom=0.24, top=0.86)
+    fig.subplots_adjust(left=0.06, right=_legend_edge(fig, 2.9), bottom=0.24, top=0.83)
     ax = fig.subplots()
     colors = {"fp32_headline": "#4c72b0", "bf16_headline": "#dd8452"}
     width = 0.38
@@ -748,8 +748,9 @@ def chapter_speedup_figure(results: Results) -> dict[str, Figure]:
               "hatched: backward pass"]
     _legend_right(fig, handles, labels, labelspacing=1.0)
     fig.suptitle(f"What each chapter bought: the reference's median time over its stage's — "
-                 f"{results.gpu}\na forward over the previous forward kernel (08 over 06: 07's "
-                 "forward is 06's); a backward over the previous backward (07 over PyTorch eager)",
+                 f"{results.gpu}\nthe course's own story, not a source text's: a forward over the "
+                 "previous forward kernel (08 over 06: 07's forward is 06's),\na backward over the "
+                 "previous backward (07 over PyTorch eager's backward)",
                  fontsize=10.5)
     _footer(fig, results, flop_note=False)
     return {"chapter_speedup": fig}
@@ -1068,8 +1069,6 @@ def roofline(results: Results) -> dict[str, Figure]:
             ax.text(peak / bandwidth_tb * 1.15, peak * (0.92 if below else 1.08),
                     f"{name}: {peak:.4g} TFLOP/s", ha="left", va="top" if below else "bottom",
                     fontsize=7.5)
-        ax.text(low * 1.5, low * 1.5 * bandwidth_tb / 1.6, f"copy: {copy:.4g} GB/s",
-                rotation=0, fontsize=7.5, ha="left", va="top")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(low, high)
@@ -1085,11 +1084,12 @@ def roofline(results: Results) -> dict[str, Figure]:
         Line2D([], [], color="#222222", linewidth=1.8, label="measured roof"),
         Line2D([], [], linestyle="none", marker="o", markerfacecolor="none", color="#555555",
                label="counting the workspace\nwritten + read once")]
-    labels = list(legend.keys()) + ["roof: min(GEMM ceiling,\nAI × copy bandwidth)",
+    labels = list(legend.keys()) + [f"roof: min(GEMM ceiling, AI × copy\nbandwidth {copy:.4g} GB/s)",
                                     "same point, counting the\nworkspace written + read once"]
     _legend_right(fig, handles, labels)
     fig.suptitle(f"Roofline with measured ceilings — {results.gpu}\n"
-                 "minimum bytes: inputs read once, outputs written once (LSE in FP32)",
+                 "seed 001's roofline; minimum bytes: inputs read once, outputs written once "
+                 "(LSE in FP32)",
                  fontsize=11)
     _footer(fig, results)
     return {"roofline": fig}
@@ -1182,8 +1182,8 @@ def memory_vs_seqlen(results: Results) -> dict[str, Figure]:
     labels = list(legend.keys()) + ["hollow marker: skipped at that N\n(workspace as reported)"]
     _legend_right(fig, handles, labels, labelspacing=0.9)
     fig.suptitle(f"Device memory vs sequence length — {results.gpu}\n"
-                 "Q, K, V, O and the FP32 LSE, plus the workspace each implementation reports "
-                 "(workspace_bytes column)", fontsize=11)
+                 "seed 000's memory comparison: Q, K, V, O and the FP32 LSE, plus the workspace "
+                 "each implementation reports (workspace_bytes column)", fontsize=11)
     _footer(fig, results, flop_note=False)
     return {"memory": fig}
 
