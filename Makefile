@@ -38,7 +38,7 @@ plots:
 	@python3 bench/plots.py $(RESULTS) --out docs/img
 
 # Runs the benchmark notebook top to bottom on the committed CSVs, into build/ (the committed
-# notebook stays without outputs).
+# notebook keeps the outputs of the committed run; its first cell says how to refresh them).
 notebook:
 	@$(PYTHON_PACKAGES)
 	@mkdir -p build

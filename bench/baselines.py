@@ -6,7 +6,11 @@ the stages, and written to the same CSV columns:
       torch.nn.functional.scaled_dot_product_attention restricted to one backend with
       torch.nn.attention.sdpa_kernel;
   torch_eager
-      matmul, softmax, matmul, as a model written without a fused kernel runs.
+      matmul, softmax, matmul, as a model written without a fused kernel runs;
+  torch_sdpa
+      scaled_dot_product_attention with PyTorch's own choice of backend, as a model calls it;
+      FP32 only (seed 003's baseline): in BF16 that choice is one of the fused backends above,
+      so those rows would repeat them.
 
 Forward and backward, in FP32 (TF32 off) and BF16. The backward row times the backward alone:
 the forward graph is built first and torch.autograd.grad runs over it with retain_graph.
@@ -17,6 +21,13 @@ sets whose total size exceeds four times the L2 cache. Inputs are randn + 0.5.
 FLOPs follow the FlashAttention convention: forward 4*B*H*Lq*Lk*D (halved when causal),
 backward 2.5x forward. workspace_bytes is the peak device memory one call allocates beyond
 what was allocated before it, less its outputs.
+
+With --ceilings-file (a ceilings.csv written by `bench_<stage> --ceilings`, as `make bench`
+passes it), the file also gets PyTorch's own GEMM rate beside cuBLAS's: bf16_torch_matmul and
+fp32_torch_matmul (TF32 off), torch.matmul on the shapes common/ceilings.cu uses
+(bench/schema.py's GEMM_SHAPES), each the fastest of a few timed rounds after a warm-up, best
+shape kept; rows of an earlier measurement are replaced. --no-matmul-ceilings leaves the file alone.
+They are a check on the cuBLAS ceiling, not what % of SOL is taken against.
 
 Without an importable PyTorch with CUDA, prints why and exits 0 having written nothing.
 """
@@ -34,13 +45,24 @@ import sys
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schema import CSV_COLUMNS as CSV_HEADER, FLOP_CONVENTION, read_sweeps as read_sweep_tuples  # noqa: E402
-BACKENDS = ["flash", "cudnn", "efficient", "math", "eager"]
+from schema import (CEILINGS_COLUMNS, CSV_COLUMNS as CSV_HEADER, FLOP_CONVENTION,  # noqa: E402
+                    GEMM_SHAPES, SOL_CEILING, read_sweeps as read_sweep_tuples)
+BACKENDS = ["flash", "cudnn", "efficient", "math", "eager", "sdpa"]
 # SDPBackend member of each SDPA backend.
 SDPA_BACKEND_NAMES = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                       "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
 # Backends whose kernels take only 16-bit inputs: an FP32 row is a skip, not an attempt.
 HALF_PRECISION_ONLY = {"flash", "cudnn"}
+# Backends measured in some element types only; the others get no row (the log says why).
+ONLY_IN = {"sdpa": ("fp32", "in bf16 the default dispatch runs one of the fused backends "
+                            "measured beside it")}
+
+# torch.matmul ceilings: busy time before the first timed GEMM, then per shape this many rounds
+# of about ROUND_SECONDS of calls (at least MIN_ROUND_CALLS); the fastest round's median counts.
+MATMUL_WARMUP_SECONDS = 1.0
+MATMUL_ROUNDS = 3
+MATMUL_ROUND_SECONDS = 0.15
+MIN_ROUND_CALLS = 10
 
 # The same timing policy as common/bench.cpp.
 DEFAULT_TARGET_SECONDS = 0.25
@@ -108,7 +130,10 @@ def parse_arguments():
     parser.add_argument("--dtypes", default="fp32,bf16")
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--csv", help="append one row per (implementation, shape, pass)")
-    parser.add_argument("--ceilings-file", help="ceilings CSV for %% of SOL")
+    parser.add_argument("--ceilings-file", help="ceilings CSV for %% of SOL; also gets the "
+                        "torch.matmul ceilings unless --no-matmul-ceilings")
+    parser.add_argument("--no-matmul-ceilings", action="store_true",
+                        help="do not measure torch.matmul into --ceilings-file")
     parser.add_argument("--sweeps-file", default=os.path.join(REPO_ROOT, "bench", "sweeps.txt"))
     parser.add_argument("--commit")
     parser.add_argument("--target-seconds", type=float, default=DEFAULT_TARGET_SECONDS)
@@ -169,6 +194,11 @@ class Runner:
                 return torch.matmul(torch.softmax(scores, dim=-1), v)
             return eager, contextlib.nullcontext
 
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        if backend == "sdpa":
+            # Whatever backend PyTorch picks for these inputs, as a model that calls SDPA gets.
+            return (lambda q, k, v: sdpa(q, k, v, is_causal=shape.causal)), contextlib.nullcontext
+
         if backend in HALF_PRECISION_ONLY and dtype == torch.float32:
             raise Skip(f"the {backend} SDPA backend takes fp16/bf16 inputs only")
         try:
@@ -178,7 +208,6 @@ class Runner:
         member = getattr(SDPBackend, SDPA_BACKEND_NAMES[backend], None)
         if member is None:
             raise Skip(f"torch {torch.__version__} has no {SDPA_BACKEND_NAMES[backend]} backend")
-        sdpa = torch.nn.functional.scaled_dot_product_attention
 
         def fused(q, k, v):
             # is_causal is top-left aligned, the contract's convention.
@@ -322,6 +351,80 @@ class Runner:
                 "workspace_bytes": workspace}
 
 
+def matmul_ceiling(torch, dtype, name):
+    """(TFLOP/s, median ms, method) of torch.matmul over GEMM_SHAPES: the best shape's fastest
+    round, as common/ceilings.cu times cuBLAS."""
+    largest = [max(shape[i] * shape[j] for shape in GEMM_SHAPES) for i, j in ((0, 2), (2, 1), (0, 1))]
+    a_store = torch.randn(largest[0], device="cuda", dtype=dtype)
+    b_store = torch.randn(largest[1], device="cuda", dtype=dtype)
+    c_store = torch.empty(largest[2], device="cuda", dtype=dtype)
+
+    def operands(m, n, k):
+        return (a_store[:m * k].view(m, k), b_store[:k * n].view(k, n),
+                c_store[:m * n].view(m, n))
+
+    start = torch.cuda.Event(enable_timing=True)
+    stop = torch.cuda.Event(enable_timing=True)
+    a, b, c = operands(*GEMM_SHAPES[0])
+    start.record()
+    while True:  # keep the GPU busy until the clocks have settled
+        for _ in range(4):
+            torch.matmul(a, b, out=c)
+        stop.record()
+        stop.synchronize()
+        if start.elapsed_time(stop) >= MATMUL_WARMUP_SECONDS * 1e3:
+            break
+
+    best = (0.0, 0.0)
+    rates = []
+    for m, n, k in GEMM_SHAPES:
+        a, b, c = operands(m, n, k)
+        start.record()
+        torch.matmul(a, b, out=c)
+        stop.record()
+        stop.synchronize()
+        calls = max(MIN_ROUND_CALLS, round(MATMUL_ROUND_SECONDS * 1e3 / start.elapsed_time(stop)))
+        shape_ms = None
+        for _ in range(MATMUL_ROUNDS):
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(calls)]
+            for begin, end in events:
+                begin.record()
+                torch.matmul(a, b, out=c)
+                end.record()
+            torch.cuda.synchronize()
+            ms = statistics.median(begin.elapsed_time(end) for begin, end in events)
+            shape_ms = ms if shape_ms is None else min(shape_ms, ms)
+        tflops = 2.0 * m * n * k / (shape_ms * 1e-3) / 1e12
+        rates.append(f"{m}x{n}x{k} {tflops:.1f}")
+        best = max(best, (tflops, shape_ms))
+    method = (f"torch.matmul {name} in and out{' with TF32 off' if name == 'fp32' else ''} "
+              f"(A row-major m x k), torch {torch.__version__}; "
+              f"best of {len(GEMM_SHAPES)} shapes (m x n x k TFLOP/s: {', '.join(rates)}), "
+              f"each the fastest of {MATMUL_ROUNDS} medians after {MATMUL_WARMUP_SECONDS:g} s "
+              "of warm-up")
+    return best[0], best[1], method
+
+
+def record_matmul_ceilings(torch, path, gpu):
+    """Rewrites the ceilings CSV at `path` with fresh *_torch_matmul rows."""
+    with open(path, newline="") as ceilings_file:
+        reader = csv.DictReader(ceilings_file)
+        if reader.fieldnames != CEILINGS_COLUMNS:
+            raise SystemExit(f"{path}: expected the header {','.join(CEILINGS_COLUMNS)}")
+        rows = [row for row in reader if not row["ceiling"].endswith("_torch_matmul")]
+    for name, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        tflops, ms, method = matmul_ceiling(torch, dtype, name)
+        torch.cuda.empty_cache()  # the operands died with matmul_ceiling's frame
+        print(f"[torch] ceiling {name}_torch_matmul: {tflops:.1f} TFLOP/s ({method})", flush=True)
+        rows.append({"gpu": gpu, "ceiling": f"{name}_torch_matmul", "value": f"{tflops:.6g}",
+                     "unit": "TFLOP/s", "median_ms": f"{ms:.6g}", "method": method})
+    with open(path, "w", newline="") as ceilings_file:
+        writer = csv.DictWriter(ceilings_file, CEILINGS_COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def refusal_reason(caught_warnings):
     """SDPA says why a backend refused in warnings before its "No available kernel" error; keep
     the specific ones, without the generic headers and the source locations."""
@@ -377,8 +480,10 @@ def main():
         ceiling_gpu, ceilings = read_ceilings(arguments.ceilings_file)
         if ceiling_gpu != runner.gpu:
             print(f"[torch] the ceilings were measured on {ceiling_gpu}, not this "
-                  f"{runner.gpu}: no % of SOL")
+                  f"{runner.gpu}: no % of SOL, no torch.matmul ceilings")
             ceilings = {}
+        elif not arguments.no_matmul_ceilings:
+            record_matmul_ceilings(torch, arguments.ceilings_file, runner.gpu)
     print(f"[torch] torch {torch.__version__} on {runner.gpu}: {len(backends)} backend(s) x "
           f"{len(dtype_names)} dtype(s) x {len(shapes)} shape(s) x {len(passes)} pass(es)")
     print(f"[torch] {FLOP_CONVENTION}")
@@ -396,46 +501,53 @@ def main():
         if new:
             writer.writerow(CSV_HEADER)
 
-    total = len(backends) * len(dtype_names) * len(shapes) * len(passes)
-    index = 0
+    pairs = []
     for dtype_name in dtype_names:
-        ceiling = ceilings.get(f"{dtype_name}_gemm", 0.0)
         for backend in backends:
-            stage = f"torch_{backend}"
-            runner.prime(backend, dtypes[dtype_name])
-            for shape in shapes:
-                for pass_name in passes:
-                    index += 1
-                    prefix = (f"[{stage} {dtype_name}] {index}/{total} {pass_name} "
-                              f"{shape.describe()}: ")
-                    row = {"median_ms": "", "min_ms": "", "tflops": "", "pct_sol": "",
-                           "workspace_bytes": "", "status": "ok"}
-                    try:
-                        result = runner.measure(backend, shape, dtypes[dtype_name], pass_name)
-                        tflops = shape.flops(pass_name) / (result["median_ms"] * 1e-3) / 1e12
-                        row.update(median_ms=f"{result['median_ms']:.6g}",
-                                   min_ms=f"{result['min_ms']:.6g}", tflops=f"{tflops:.5g}",
-                                   workspace_bytes=str(result["workspace_bytes"]))
-                        message = f"{result['median_ms']:.4g} ms, {tflops:.1f} TFLOP/s"
-                        if ceiling:
-                            row["pct_sol"] = f"{100 * tflops / ceiling:.4g}"
-                            message += f", {100 * tflops / ceiling:.1f}% of SOL"
-                        message += (f" (median of {result['calls']}, min "
-                                    f"{result['min_ms']:.4g} ms, {result['sets']} input set"
-                                    f"{'s' if result['sets'] > 1 else ''})")
-                    except Skip as skip:
-                        row["status"] = f"skipped: {skip}"
-                        message = row["status"]
-                        gc.collect()  # the exception's frames may hold this shape's tensors
-                    torch.cuda.empty_cache()
-                    print(prefix + message, flush=True)
-                    if writer:
-                        writer.writerow([runner.gpu, stage, dtype_name, shape.batch, shape.heads,
-                                         shape.len_q, shape.len_kv, shape.head_dim,
-                                         int(shape.causal), pass_name, row["median_ms"],
-                                         row["min_ms"], row["tflops"], row["pct_sol"],
-                                         row["workspace_bytes"], commit, row["status"]])
-                        csv_file.flush()
+            only = ONLY_IN.get(backend)
+            if only and dtype_name != only[0]:
+                print(f"[torch_{backend} {dtype_name}] not measured: {only[1]}")
+            else:
+                pairs.append((dtype_name, backend))
+    total = len(pairs) * len(shapes) * len(passes)
+    index = 0
+    for dtype_name, backend in pairs:
+        ceiling = ceilings.get(SOL_CEILING[dtype_name], 0.0)
+        stage = f"torch_{backend}"
+        runner.prime(backend, dtypes[dtype_name])
+        for shape in shapes:
+            for pass_name in passes:
+                index += 1
+                prefix = (f"[{stage} {dtype_name}] {index}/{total} {pass_name} "
+                          f"{shape.describe()}: ")
+                row = {"median_ms": "", "min_ms": "", "tflops": "", "pct_sol": "",
+                       "workspace_bytes": "", "status": "ok"}
+                try:
+                    result = runner.measure(backend, shape, dtypes[dtype_name], pass_name)
+                    tflops = shape.flops(pass_name) / (result["median_ms"] * 1e-3) / 1e12
+                    row.update(median_ms=f"{result['median_ms']:.6g}",
+                               min_ms=f"{result['min_ms']:.6g}", tflops=f"{tflops:.5g}",
+                               workspace_bytes=str(result["workspace_bytes"]))
+                    message = f"{result['median_ms']:.4g} ms, {tflops:.1f} TFLOP/s"
+                    if ceiling:
+                        row["pct_sol"] = f"{100 * tflops / ceiling:.4g}"
+                        message += f", {100 * tflops / ceiling:.1f}% of SOL"
+                    message += (f" (median of {result['calls']}, min "
+                                f"{result['min_ms']:.4g} ms, {result['sets']} input set"
+                                f"{'s' if result['sets'] > 1 else ''})")
+                except Skip as skip:
+                    row["status"] = f"skipped: {skip}"
+                    message = row["status"]
+                    gc.collect()  # the exception's frames may hold this shape's tensors
+                torch.cuda.empty_cache()
+                print(prefix + message, flush=True)
+                if writer:
+                    writer.writerow([runner.gpu, stage, dtype_name, shape.batch, shape.heads,
+                                     shape.len_q, shape.len_kv, shape.head_dim,
+                                     int(shape.causal), pass_name, row["median_ms"],
+                                     row["min_ms"], row["tflops"], row["pct_sol"],
+                                     row["workspace_bytes"], commit, row["status"]])
+                    csv_file.flush()
     if csv_file:
         csv_file.close()
     return 0

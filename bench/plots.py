@@ -37,6 +37,7 @@ matplotlib.use("Agg")  # files only; the notebook shows the PNG bytes, not a liv
 
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +45,7 @@ RESULTS_ROOT = REPO / "bench" / "results"
 ENV_RESULTS = "BENCH_RESULTS_DIR"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from schema import CSV_COLUMNS as COLUMNS, STAGES, read_sweeps  # noqa: E402
+from schema import CSV_COLUMNS as COLUMNS, SOL_CEILING, STAGES, read_sweeps  # noqa: E402
 
 FLOP_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lkv·d (halved when causal), "
              "backward 2.5× forward; times are medians of repeats.")
@@ -67,13 +68,13 @@ def _read_headlines(path: Path = SWEEPS) -> None:
 
 
 _read_headlines()
-LATENCY_LENGTH = 4096
-
-BASELINES = ["cublas_fp32", "cublas_bf16", "torch_flash", "torch_cudnn", "torch_efficient",
-             "torch_math", "torch_eager"]
+BASELINES = ["torch_flash", "torch_cudnn", "torch_sdpa", "torch_efficient", "torch_math",
+             "torch_eager", "cublas_fp32", "cublas_bf16"]
 NAIVE = "00_naive"
-BACKWARD_STAGE = "07_backward"
-BF16_FORWARD_STAGES = ["05_mma_swizzle", "06_pipelined", "07_backward"]
+# A backward stage whose forward is an earlier stage's code verbatim (bench/check_forward_copy.py,
+# run by `make docs-check`, proves it): the figures draw that forward kernel once, under the
+# stage that introduced it.
+FORWARD_COPIES = {"07_backward": "06_pipelined", "11_hopper_backward": "10_pingpong"}
 
 DPI = 120
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -266,7 +267,8 @@ def tflops_of(row: Row) -> float:
 
 
 def ceiling_name(dtype: str) -> str:
-    return "bf16_gemm" if dtype in ("bf16", "fp16") else "fp32_gemm"
+    """The ceiling % of SOL is taken against for this element type (bench/schema.py)."""
+    return SOL_CEILING.get(dtype, "fp32_gemm")
 
 
 def pct_of_ceiling(row: Row, results: Results) -> float | None:
@@ -290,35 +292,86 @@ def impl_order(impl: tuple[str, str]) -> tuple:
     return (1, rank, stage, dtype)
 
 
-def impl_label(impl: tuple[str, str]) -> str:
+def stage_title(stage: str) -> str:
+    """`06_pipelined` -> `06 pipelined`."""
+    return stage.replace("_", " ", 1).replace("_", " ") if is_stage(stage) else stage
+
+
+def impl_label(impl: tuple[str, str], pass_: str = "fwd") -> str:
     stage, dtype = impl
-    if is_stage(stage) or stage.endswith(dtype):
-        return f"{stage} ({dtype})" if not stage.endswith(dtype) else stage
-    return f"{stage} ({dtype})"
+    if is_stage(stage):
+        label = stage_title(stage)
+        copy = copy_of_forward(stage, pass_)
+        if copy:
+            label += f" (= {copy[:2]}'s forward)"
+        return label
+    names = {"torch_flash": "PyTorch flash", "torch_cudnn": "PyTorch cuDNN",
+             "torch_eager": "PyTorch eager", "torch_sdpa": "PyTorch SDPA (default)",
+             "torch_efficient": "PyTorch efficient", "torch_math": "PyTorch math",
+             "cublas_fp32": "cuBLAS eager", "cublas_bf16": "cuBLAS eager"}
+    return f"{names.get(stage, stage)} {dtype.upper()}"
 
 
-_STAGE_COLORS = ["#440154", "#3b528b", "#21908d", "#5dc863", "#b5a000",
-                 "#e8590c", "#d6336c", "#862e9c"]
-_BASELINE_STYLE = {  # color, marker
-    "cublas_fp32": ("#8d6e63", "s"), "cublas_bf16": ("#8d6e63", "p"),
-    "torch_flash": ("#000000", "x"), "torch_cudnn": ("#c92a2a", "+"),
-    "torch_efficient": ("#1864ab", "1"), "torch_math": ("#868e96", "2"),
-    "torch_eager": ("#5c940d", "3"),
+def copy_of_forward(stage: str, pass_: str = "fwd") -> str | None:
+    """The later stage whose forward is this stage's code verbatim (06 for 07's), if any: the
+    figures draw that kernel once, under the stage that introduced it."""
+    if pass_ != "fwd":
+        return None
+    for copy, original in FORWARD_COPIES.items():
+        if original == stage:
+            return copy
+    return None
+
+
+def drawn_once(impls, pass_: str = "fwd") -> list:
+    """`impls` without the forward copies (07's forward is 06's, 11's is 10's) whose original
+    is among them."""
+    present = {stage for stage, _ in impls}
+    return [impl for impl in impls
+            if not (pass_ == "fwd" and FORWARD_COPIES.get(impl[0]) in present)]
+
+
+# One colour per stage, in families: grey to blue for FP32 (00-04), greens for BF16 mma.sync
+# (05-07), warm colours for Hopper (08-11). A backward stage shares its forward's colour.
+_STAGE_COLORS = {
+    "00": "#8c8c8c", "01": "#8e6cc1", "02": "#4c72b0", "03": "#1b9bd1", "04": "#0b4f8a",
+    "05": "#66bb6a", "06": "#2e7d32", "07": "#2e7d32",
+    "08": "#f5a623", "09": "#e8590c", "10": "#c2185b", "11": "#c2185b",
 }
-_STAGE_MARKERS = "osD^vP*X"
+_STAGE_MARKERS = {"00": "o", "01": "s", "02": "D", "03": "^", "04": "v", "05": "o", "06": "s",
+                  "07": "s", "08": "D", "09": "^", "10": "v", "11": "v"}
+_BASELINE_STYLE = {  # color, marker, linestyle
+    "torch_flash": ("#111111", "x", "--"), "torch_cudnn": ("#b71c1c", "+", "-."),
+    "torch_eager": ("#7a7a7a", "3", ":"), "torch_sdpa": ("#a0522d", "x", "--"),
+    "torch_efficient": ("#a0522d", "x", "--"), "torch_math": ("#9e9e9e", "2", ":"),
+    "cublas_fp32": ("#8d6e63", "s", ":"), "cublas_bf16": ("#8d6e63", "p", ":"),
+}
 
 
 def impl_style(impl: tuple[str, str]) -> dict:
     stage, dtype = impl
     if is_stage(stage):
-        index = STAGES.index(stage) if stage in STAGES else int(stage[:2])
-        return dict(color=_STAGE_COLORS[index % len(_STAGE_COLORS)], linestyle="-",
-                    marker=_STAGE_MARKERS[index % len(_STAGE_MARKERS)], linewidth=1.8,
-                    markersize=5)
-    color, marker = _BASELINE_STYLE.get(stage, ("#adb5bd", "."))
-    return dict(color=color, marker=marker, linewidth=1.1, markersize=6,
-                linestyle="--" if dtype in ("bf16", "fp16") else ":")
+        return dict(color=_STAGE_COLORS.get(stage[:2], "#555555"), linestyle="-",
+                    marker=_STAGE_MARKERS.get(stage[:2], "o"), linewidth=1.8, markersize=5)
+    color, marker, linestyle = _BASELINE_STYLE.get(stage, ("#adb5bd", ".", ":"))
+    if stage == "torch_eager" and dtype == "fp32":  # drawn beside its BF16 twin in some legends
+        color, linestyle = "#4d4d4d", (0, (4, 1.5, 1, 1.5, 1, 1.5))
+    return dict(color=color, marker=marker, linewidth=1.3, markersize=6, linestyle=linestyle)
 
+
+def fp32_sdpa(results: Results) -> str:
+    """The PyTorch FP32 SDPA baseline of this run: torch_sdpa (PyTorch's default dispatch)
+    where it was measured, else torch_efficient (runs that predate torch_sdpa; in FP32 the
+    default dispatch can only choose between the efficient and the math backend)."""
+    return "torch_sdpa" if results.ok_rows(stage="torch_sdpa") else "torch_efficient"
+
+
+def chosen_baselines(results: Results, dtype: str) -> list[tuple[str, str]]:
+    """The few baselines a figure draws beside the stages of one element type; every other
+    baseline is in the tables."""
+    if dtype == "fp32":
+        return [(fp32_sdpa(results), "fp32"), ("torch_eager", "fp32")]
+    return [("torch_flash", dtype), ("torch_cudnn", dtype), ("torch_eager", dtype)]
 
 # ---- shared figure pieces -------------------------------------------------------------------
 
@@ -361,6 +414,17 @@ def _legend_right(fig: Figure, handles, labels, **kwargs) -> None:
                    fontsize=8, frameon=False, **kwargs)
 
 
+def _ratio_axis(ax, values) -> None:
+    """A log axis of ratios with ticks at 1, 2, 5 times powers of ten, labelled `2×`."""
+    low, high = min(values + [1.0]) / 1.3, max(values + [1.0]) * 1.3
+    ticks = [m * 10.0 ** e for e in range(-4, 6) for m in (1, 2, 5) if low <= m * 10.0 ** e <= high]
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    ax.set_yticks(ticks)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def seqlen_configs(results: Results, pass_: str = "fwd", min_lengths: int = 3) -> list[tuple]:
     """(batch, heads, head_dim) of every square sweep over sequence length: at least
     `min_lengths` values of N = Lq = Lkv with a measured row."""
@@ -397,49 +461,417 @@ def _causal_panels(results: Results, config, pass_: str = "fwd"):
     return panels
 
 
-# ---- (1) runtime vs sequence length ---------------------------------------------------------
+
+# ---- data the figures and the notebook share --------------------------------------------------
+
+def headline_shape(dtype: str) -> tuple:
+    """(B, H, Lq, Lkv, d, causal) a stage of this element type is judged on."""
+    name = "fp32_headline" if dtype == "fp32" else "bf16_headline"
+    return HEADLINES[name] + (False,)
+
+
+def headline_text(shape) -> str:
+    batch, heads, len_q, len_kv, head_dim = shape[:5]
+    lengths = f"N={len_q}" if len_q == len_kv else f"Lq={len_q}, Lkv={len_kv}"
+    return f"B={batch}, H={heads}, {lengths}, d={head_dim}"
+
+
+def find_row(results: Results, stage: str, dtype: str | None, shape, pass_: str) -> Row | None:
+    """The measured row of one implementation at one shape and pass, or None."""
+    for row in results.ok_rows(stage=stage, pass_=pass_):
+        if row.shape == tuple(shape) and (dtype is None or row.dtype == dtype):
+            return row
+    return None
+
+
+def stage_dtype(results: Results, stage: str) -> str | None:
+    dtypes = {row.dtype for row in results.rows if row.stage == stage}
+    return next(iter(sorted(dtypes))) if dtypes else None
+
+
+@dataclass
+class LadderStep:
+    group: str        # "FP32 forward", "BF16 forward", "BF16 backward"
+    stage: str
+    row: Row
+    pct_sol: float | None
+
+
+LADDER_GROUPS = ["FP32 forward", "BF16 forward", "BF16 backward"]
+
+
+def ladder(results: Results) -> list[LadderStep]:
+    """Every stage at its own headline shape, in course order: the forward passes (a forward
+    that is an earlier stage's code verbatim counted once, under that stage), then the
+    backward passes."""
+    steps = []
+    stages = [s for s in STAGES if stage_dtype(results, s)]
+    for pass_ in ("fwd", "bwd"):
+        for stage in stages:
+            if pass_ == "fwd" and FORWARD_COPIES.get(stage) in stages:
+                continue
+            dtype = stage_dtype(results, stage)
+            row = find_row(results, stage, dtype, headline_shape(dtype), pass_)
+            if row:
+                group = f"{'FP32' if dtype == 'fp32' else 'BF16'} " + \
+                    ("forward" if pass_ == "fwd" else "backward")
+                steps.append(LadderStep(group, stage, row, pct_of_ceiling(row, results)))
+    return steps
+
+
+@dataclass
+class ChapterGain:
+    stage: str
+    pass_: str
+    reference: tuple[str, str]  # (implementation, dtype) the stage is measured against
+    headline: str               # "fp32_headline" or "bf16_headline"
+    row: Row
+    reference_row: Row
+
+    @property
+    def speedup(self) -> float:
+        return self.reference_row.median_ms / self.row.median_ms
+
+
+def chapter_references(results: Results) -> list[tuple[str, str, tuple[str, str]]]:
+    """(stage, pass, reference) per chapter after the first. A stage with a backward pass is
+    measured on it, against the previous stage's backward (11 against 07), or, for the first
+    backward stage, against PyTorch's eager backward (what one has without a fused backward).
+    Any other stage is measured on its forward, against the previous stage that brought its own
+    forward kernel (08 against 06, since 07's forward is 06's)."""
+    stages = [s for s in STAGES if stage_dtype(results, s)]
+    references = []
+    for index, stage in enumerate(stages[1:], 1):
+        earlier = stages[:index]
+        dtype = stage_dtype(results, stage)
+        if results.ok_rows(stage=stage, pass_="bwd"):
+            backward = [s for s in earlier if results.ok_rows(stage=s, pass_="bwd")]
+            reference = (backward[-1], stage_dtype(results, backward[-1])) if backward else \
+                ("torch_eager", dtype)
+            references.append((stage, "bwd", reference))
+        else:
+            forward = [s for s in earlier if s not in FORWARD_COPIES]
+            references.append((stage, "fwd", (forward[-1], stage_dtype(results, forward[-1]))))
+    return references
+
+
+def chapter_gains(results: Results) -> list[ChapterGain]:
+    gains = []
+    for stage, pass_, reference in chapter_references(results):
+        for headline in ("fp32_headline", "bf16_headline"):
+            shape = HEADLINES[headline] + (False,)
+            row = find_row(results, stage, stage_dtype(results, stage), shape, pass_)
+            reference_row = find_row(results, reference[0], reference[1], shape, pass_)
+            if row and reference_row:
+                gains.append(ChapterGain(stage, pass_, reference, headline, row, reference_row))
+    return gains
+
+
+def versus(results: Results, stage: str, baseline: str, shape, pass_: str) -> float | None:
+    """How many times faster `stage` is than `baseline` (same dtype) at one shape and pass."""
+    dtype = stage_dtype(results, stage)
+    row = find_row(results, stage, dtype, shape, pass_)
+    other = find_row(results, baseline, dtype, shape, pass_)
+    return other.median_ms / row.median_ms if row and other else None
+
+
+def sdpa_config(results: Results) -> tuple | None:
+    """The (B, H, d) of the seqlen sweep seed 003's comparison uses: d = 64 where there is one."""
+    configs = seqlen_configs(results)
+    return next((c for c in configs if c[2] == 64), configs[0] if configs else None)
+
+
+def fp32_sdpa_sweep(results: Results, stage: str = "04_warp_shuffle") -> list[tuple]:
+    """(N, SDPA ms, stage ms, speedup) over the non-causal seqlen sweep at sdpa_config."""
+    config = sdpa_config(results)
+    if not config:
+        return []
+    series = _series(results, config, False, "fwd")
+    sdpa = {r.len_q: r.median_ms for r in series.get((fp32_sdpa(results), "fp32"), [])}
+    ours = {r.len_q: r.median_ms for r in series.get((stage, "fp32"), [])}
+    return [(n, sdpa[n], ours[n], sdpa[n] / ours[n]) for n in sorted(set(sdpa) & set(ours))]
+
+
+def markdown_table(header, lines) -> str:
+    rows = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if i else "---"
+                                                          for i in range(len(header))) + "|"]
+    rows += ["| " + " | ".join(str(cell) for cell in line) + " |" for line in lines]
+    return "\n".join(rows)
+
+
+# ---- (1) the ladder -------------------------------------------------------------------------
+
+def _tick_label(stage: str, width: int = 10) -> str:
+    number, _, name = stage.partition("_")
+    return number + "\n" + textwrap.fill(name.replace("_", " "), width, break_long_words=False)
+
+
+def ladder_figure(results: Results) -> dict[str, Figure]:
+    """TFLOP/s of every stage at its headline shape, in course order, on a log axis; the
+    measured GEMM ceilings and PyTorch's fused attention as reference lines over each group;
+    % of SOL printed in the bars."""
+    steps = ladder(results)
+    if not steps:
+        raise NoData("no stage measured at its headline shape")
+    groups = [g for g in LADDER_GROUPS if any(s.group == g for s in steps)]
+    fig = _figure(13.5, 6.2)
+    fig.subplots_adjust(left=0.06, right=_legend_edge(fig, 3.0), bottom=0.2, top=0.8)
+    ax = fig.subplots()
+    positions, x = [], 0.0
+    spans = {}
+    for group in groups:
+        first = x
+        for step in [s for s in steps if s.group == group]:
+            positions.append((x, step))
+            x += 1.0
+        spans[group] = (first - 0.5, x - 0.5)
+        x += 0.6
+    values = [s.row.tflops or tflops_of(s.row) for _, s in positions]
+    references = []  # (group, label, value, style)
+    for group in groups:
+        dtype = "fp32" if group.startswith("FP32") else "bf16"
+        pass_ = "bwd" if group.endswith("backward") else "fwd"
+        shape = headline_shape(dtype)
+        ceiling = results.ceiling(SOL_CEILING[dtype])
+        if ceiling:
+            references.append((group, "measured cuBLAS GEMM ceiling of the\nelement type "
+                               "(= 100% of SOL)", ceiling,
+                               dict(color="#333333", linestyle="-", linewidth=1.6)))
+        names = [fp32_sdpa(results)] if dtype == "fp32" else ["torch_flash", "torch_cudnn"]
+        for name in names:
+            row = find_row(results, name, dtype, shape, pass_)
+            if row:
+                style = impl_style((name, dtype))
+                references.append((group, impl_label((name, dtype)), tflops_of(row),
+                                   dict(color=style["color"], linestyle=style["linestyle"],
+                                        linewidth=1.4)))
+    low = min(values) / 2.5
+    high = max(values + [v for _, _, v, _ in references]) * 2.0
+    ax.set_yscale("log")
+    ax.set_ylim(low, high)
+    for index, group in enumerate(groups):
+        left, right = spans[group]
+        if index % 2:
+            ax.axvspan(left - 0.3, right + 0.3, color="#f3f3f3", zorder=0)
+        dtype = "fp32" if group.startswith("FP32") else "bf16"
+        ax.text((left + right) / 2, 1.015, f"{group}\n{headline_text(headline_shape(dtype))}",
+                transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=9)
+    legend = {}
+    for group, label, value, style in references:
+        left, right = spans[group]
+        (line,) = ax.plot([left - 0.1, right + 0.1], [value, value], zorder=2, **style)
+        legend.setdefault(label, line)
+    for (x, step), value in zip(positions, values):
+        color = _STAGE_COLORS.get(step.stage[:2], "#555555")
+        backward = step.group.endswith("backward")
+        ax.bar(x, value - low, bottom=low, width=0.72, color=color, zorder=3,
+               hatch="///" if backward else None, edgecolor="white" if backward else color,
+               linewidth=0)
+        # On the bar's own colour, so that the hatching of a backward bar does not cross it.
+        box = dict(boxstyle="square,pad=0.15", facecolor=color, edgecolor="none")
+        ax.text(x, value / 1.2, f"{value:.3g}", ha="center", va="top", fontsize=8.5,
+                color="white", fontweight="bold", zorder=5, bbox=box)
+        if step.pct_sol is not None:
+            ax.text(x, low * 1.12, f"{step.pct_sol:.0f}%", ha="center", va="bottom",
+                    fontsize=8, color="white", zorder=5, bbox=box)
+    labels = []
+    for _, step in positions:
+        label = _tick_label(step.stage)
+        copy = copy_of_forward(step.stage, "bwd" if step.group.endswith("backward") else "fwd")
+        if copy:
+            label += f"\n(= {copy[:2]} fwd)"
+        labels.append(label)
+    ax.set_xticks([x for x, _ in positions], labels, fontsize=8)
+    ax.set_xlim(-0.8, x_end if (x_end := positions[-1][0] + 0.8) else 1)
+    ax.set_ylabel("TFLOP/s (log scale)")
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    handles = list(legend.values()) + [
+        Patch(facecolor="#777777", label="forward"),
+        Patch(facecolor="#777777", hatch="///", edgecolor="white", label="backward")]
+    labels = list(legend.keys()) + ["forward pass", "backward pass"]
+    _legend_right(fig, handles, labels, title="in each bar: TFLOP/s (top),\n% of SOL (bottom)",
+                  title_fontsize=8.5)
+    fig.suptitle(f"The course's ladder: each stage at its headline shape — {results.gpu}\n"
+                 "seed 004's TFLOP/s and % of SOL ladder, extended to every stage of the course",
+                 fontsize=11)
+    _footer(fig, results)
+    return {"ladder": fig}
+
+
+# ---- (2) what each chapter bought -----------------------------------------------------------
+
+def chapter_speedup_figure(results: Results) -> dict[str, Figure]:
+    """Each chapter's stage over the stage before it (chapter_references says which), at both
+    headline shapes; one pair of bars per chapter, log axis."""
+    gains = chapter_gains(results)
+    if not gains:
+        raise NoData("no chapter with both its stage and its reference measured")
+    chapters = []
+    for gain in gains:
+        if gain.stage not in chapters:
+            chapters.append(gain.stage)
+    fig = _figure(13.5, 5.6)
+    fig.subplots_adjust(left=0.06, right=_legend_edge(fig, 2.9), bottom=0.24, top=0.83)
+    ax = fig.subplots()
+    colors = {"fp32_headline": "#4c72b0", "bf16_headline": "#dd8452"}
+    width = 0.38
+    speedups = [g.speedup for g in gains]
+    for gain in gains:
+        x = chapters.index(gain.stage) + (-width / 2 if gain.headline == "fp32_headline" else
+                                          width / 2)
+        hatch = "///" if gain.pass_ == "bwd" else None
+        ax.bar(x, gain.speedup - 1, bottom=1, width=width, color=colors[gain.headline],
+               hatch=hatch, edgecolor="white" if hatch else colors[gain.headline], linewidth=0)
+        above = gain.speedup >= 1
+        ax.text(x, gain.speedup * (1.04 if above else 0.96), f"{gain.speedup:.2f}×",
+                ha="center", va="bottom" if above else "top", fontsize=7.5, rotation=90)
+    ax.set_yscale("log", base=2)
+    ax.set_ylim(min(speedups + [1]) / 1.6, max(speedups) * 2.2)
+    ax.axhline(1.0, color="#333333", linewidth=0.9)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.grid(True, axis="y", which="major", alpha=0.3)
+    labels = []
+    for stage, pass_, reference in chapter_references(results):
+        if stage not in chapters:
+            continue
+        against = reference[0][:2] if is_stage(reference[0]) else impl_label(reference)
+        what = "backward" if pass_ == "bwd" else "forward"
+        labels.append(f"{_tick_label(stage, 11)}\n{what} over\n" + textwrap.fill(against, 11))
+    ax.set_xticks(range(len(chapters)), labels, fontsize=7.5)
+    ax.set_xlim(-0.6, len(chapters) - 0.4)
+    ax.set_ylabel("speedup over the reference (×, log scale)")
+    handles = [Patch(facecolor=colors[h], label=h) for h in colors] + [
+        Patch(facecolor="#777777", hatch="///", edgecolor="white")]
+    labels = [f"FP32 headline:\n{headline_text(HEADLINES['fp32_headline'])}",
+              f"BF16 headline:\n{headline_text(HEADLINES['bf16_headline'])}",
+              "hatched: backward pass"]
+    _legend_right(fig, handles, labels, labelspacing=1.0)
+    fig.suptitle(f"What each chapter bought: the reference's median time over its stage's — "
+                 f"{results.gpu}\nthe course's own story, not a source text's: a forward over the "
+                 "previous forward kernel (08 over 06: 07's forward is 06's),\na backward over the "
+                 "previous backward (07 over PyTorch eager's backward)",
+                 fontsize=10.5)
+    _footer(fig, results, flop_note=False)
+    return {"chapter_speedup": fig}
+
+
+# ---- (3) seed 003: the FP32 stages against PyTorch's FP32 SDPA ------------------------------
+
+def fp32_vs_sdpa_figure(results: Results) -> dict[str, Figure]:
+    """The FP32 stages' forward time against N beside PyTorch's FP32 SDPA and eager attention,
+    and each stage's speedup over that SDPA (non-causal, the d=64 configuration)."""
+    config = sdpa_config(results)
+    series = _series(results, config, False, "fwd") if config else {}
+    stages = [impl for impl in series if is_stage(impl[0]) and impl[1] == "fp32"]
+    if not stages:
+        raise NoData("no FP32 stage in a sweep over sequence length")
+    sdpa = (fp32_sdpa(results), "fp32")
+    baselines = [b for b in chosen_baselines(results, "fp32") if series.get(b)]
+    has_sdpa = bool(series.get(sdpa))
+    fig = _figure(12.6 if has_sdpa else 8.4, 5.6)
+    fig.subplots_adjust(left=0.85 / fig.get_figwidth(), right=_legend_edge(fig, 2.6),
+                        bottom=0.14, top=0.82, wspace=0.25)
+    axes = fig.subplots(1, 2 if has_sdpa else 1, squeeze=False)[0]
+    legend = {}
+    lengths = set()
+    for impl in stages + baselines:
+        rows = series[impl]
+        lengths.update(r.len_q for r in rows)
+        (line,) = axes[0].plot([r.len_q for r in rows], [r.median_ms for r in rows],
+                               **impl_style(impl))
+        legend.setdefault(impl_label(impl), line)
+    axes[0].set_yscale("log")
+    _log2_length_axis(axes[0], lengths)
+    axes[0].set_ylabel("forward time (ms, log scale)")
+    axes[0].set_title("forward time", fontsize=10)
+    if has_sdpa:
+        reference = {r.len_q: r.median_ms for r in series[sdpa]}
+        ax = axes[1]
+        ratios = []
+        for impl in stages:
+            points = [(r.len_q, reference[r.len_q] / r.median_ms) for r in series[impl]
+                      if r.len_q in reference]
+            if points:
+                ax.plot(*zip(*points), **impl_style(impl))
+                ratios += [y for _, y in points]
+        ax.axhline(1.0, color=impl_style(sdpa)["color"], linestyle="--", linewidth=1.2)
+        _ratio_axis(ax, ratios)
+        _log2_length_axis(ax, reference)
+        ax.set_ylabel("speedup over PyTorch's FP32 SDPA (×, log scale)")
+        ax.set_title(f"speedup over {impl_label(sdpa)} (dashed line: 1×)", fontsize=10)
+    for ax in axes:
+        ax.grid(True, which="both", alpha=0.25)
+        ax.set_xlabel("sequence length N (Lq = Lkv)")
+    note = ("" if sdpa[0] == "torch_sdpa" else
+            "\nthis run has no torch_sdpa (default dispatch) rows: its efficient backend stands "
+            "in, the only fused one that takes FP32")
+    if not has_sdpa:
+        note = "\nno PyTorch FP32 SDPA rows in this run (PyTorch was not importable)"
+    _legend_right(fig, list(legend.values()), list(legend.keys()))
+    fig.suptitle(f"The FP32 stages against PyTorch's FP32 SDPA — {results.gpu}\n"
+                 f"seed 003's comparison; {_shape_text(*config)}, non-causal{note}",
+                 fontsize=10.5)
+    _footer(fig, results, flop_note=False)
+    return {"fp32_vs_sdpa": fig}
+
+
+# ---- (4) runtime vs sequence length ---------------------------------------------------------
 
 def runtime_vs_seqlen(results: Results) -> dict[str, Figure]:
-    """Forward time of every stage and baseline against N, log-log; non-causal and causal side
-    by side, one figure per (B, H, d) of the seqlen sweep."""
+    """Forward time against N, log-log: FP32 stages (left) and BF16 stages (right), each with
+    its few chosen baselines, non-causal (top) and causal (bottom); one figure per (B, H, d)."""
     configs = seqlen_configs(results)
     if not configs:
         raise NoData("no forward sweep over sequence length (need 3+ lengths of one B, H, d)")
     figures = {}
     for config in configs:
-        panels = _causal_panels(results, config)
-        fig = _figure(6.0 * len(panels) + 2.6, 5.4)
-        fig.subplots_adjust(left=0.85 / fig.get_figwidth(), right=_legend_edge(fig, 2.5),
-                            bottom=0.14, top=0.88, wspace=0.18)
+        panels = []
+        for causal, series in _causal_panels(results, config):
+            for dtype in ("fp32", "bf16"):
+                stages = drawn_once([i for i in series if is_stage(i[0]) and i[1] == dtype])
+                if stages:
+                    chosen = stages + [b for b in chosen_baselines(results, dtype) if series.get(b)]
+                    panels.append((causal, dtype, [(i, series[i]) for i in chosen]))
+        causals = sorted({p[0] for p in panels})
+        dtypes = [d for d in ("fp32", "bf16") if any(p[1] == d for p in panels)]
+        fig = _figure(5.0 * len(dtypes) + 3.0, 1.4 + 3.9 * len(causals))
+        fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=_legend_edge(fig, 2.9),
+                            bottom=0.75 / fig.get_figheight(), top=1 - 1.0 / fig.get_figheight(),
+                            wspace=0.22, hspace=0.3)
+        grid = fig.subplots(len(causals), len(dtypes), sharey="col", squeeze=False)
         legend = {}
-        axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
-        for ax, (causal, series) in zip(axes, panels):
+        for causal, dtype, lines in panels:
+            ax = grid[causals.index(causal)][dtypes.index(dtype)]
             lengths = set()
-            for impl, rows in series.items():
+            for impl, rows in lines:
                 xs = [r.len_q for r in rows]
                 lengths.update(xs)
-                (line,) = ax.plot(xs, [r.median_ms for r in rows], label=impl_label(impl),
-                                  **impl_style(impl))
+                (line,) = ax.plot(xs, [r.median_ms for r in rows], **impl_style(impl))
                 legend.setdefault(impl, line)
             ax.set_yscale("log")
             _log2_length_axis(ax, lengths)
-            ax.set_xlabel("sequence length N (Lq = Lkv)")
-            ax.set_title("causal" if causal else "non-causal", fontsize=10)
             ax.grid(True, which="both", alpha=0.25)
-        axes[0].set_ylabel("forward time (ms, log scale)")
-        fig.suptitle(f"Forward runtime vs sequence length — {results.gpu}\n"
-                     f"{_shape_text(*config)}", fontsize=11)
+            ax.set_title(f"{dtype.upper()} stages, {'causal' if causal else 'non-causal'}",
+                         fontsize=10)
+            if causals.index(causal) == len(causals) - 1:
+                ax.set_xlabel("sequence length N (Lq = Lkv)")
+            ax.set_ylabel("forward time (ms, log scale)")
         ordered = sorted(legend, key=impl_order)
         _legend_right(fig, [legend[i] for i in ordered], [impl_label(i) for i in ordered])
+        fig.suptitle(f"Forward time against sequence length — {results.gpu}\n"
+                     f"{_shape_text(*config)}; seed 002's runtime plot, the stages with "
+                     "PyTorch's flash, cuDNN and eager attention", fontsize=10.5)
         _footer(fig, results, flop_note=False)
         figures[f"runtime_{_config_slug(*config)}"] = fig
     return figures
 
 
-# ---- (2) speedup over the naive stage -------------------------------------------------------
+# ---- (5) speedup over the naive stage -------------------------------------------------------
 
 def speedup_over_naive(results: Results) -> dict[str, Figure]:
-    """Naive forward time divided by each implementation's, at every N where both ran."""
+    """Naive forward time over each stage's (and PyTorch flash's and cuDNN's), at every N where
+    both ran; non-causal and causal side by side."""
     configs = [c for c in seqlen_configs(results)
                if any(_series(results, c, causal, "fwd").get((NAIVE, "fp32"))
                       for causal in (False, True))]
@@ -452,127 +884,44 @@ def speedup_over_naive(results: Results) -> dict[str, Figure]:
             naive = {r.len_q: r.median_ms for r in series.get((NAIVE, "fp32"), [])}
             if naive:
                 panels.append((causal, series, naive))
-        fig = _figure(6.0 * len(panels) + 2.6, 5.4)
-        fig.subplots_adjust(left=0.85 / fig.get_figwidth(), right=_legend_edge(fig, 2.5),
-                            bottom=0.14, top=0.88, wspace=0.18)
+        fig = _figure(5.6 * len(panels) + 2.9, 5.4)
+        fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=_legend_edge(fig, 2.8),
+                            bottom=0.14, top=0.86, wspace=0.12)
         axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
         legend = {}
         for ax, (causal, series, naive) in zip(axes, panels):
-            for impl, rows in series.items():
-                points = [(r.len_q, naive[r.len_q] / r.median_ms) for r in rows if r.len_q in naive]
-                if not points or impl == (NAIVE, "fp32"):
-                    continue
-                (line,) = ax.plot(*zip(*points), label=impl_label(impl), **impl_style(impl))
-                legend.setdefault(impl, line)
+            stages = drawn_once([i for i in series if is_stage(i[0]) and i[0] != NAIVE])
+            chosen = stages + [b for b in (("torch_flash", "bf16"), ("torch_cudnn", "bf16"))
+                               if series.get(b)]
+            for impl in chosen:
+                points = [(r.len_q, naive[r.len_q] / r.median_ms) for r in series[impl]
+                          if r.len_q in naive]
+                if points:
+                    (line,) = ax.plot(*zip(*points), **impl_style(impl))
+                    legend.setdefault(impl, line)
             ax.axhline(1.0, color="#444444", linewidth=0.9)
-            ax.set_yscale("log")
             _log2_length_axis(ax, naive)
-            ax.set_xlabel(f"sequence length N (Lq = Lkv); only N where {NAIVE} ran")
+            ax.set_xlabel("sequence length N (Lq = Lkv)")
             ax.set_title("causal" if causal else "non-causal", fontsize=10)
             ax.grid(True, which="both", alpha=0.25)
-        axes[0].set_ylabel(f"speedup over {NAIVE} (× , log scale)")
-        fig.suptitle(f"Forward speedup over {NAIVE} (FP32) — {results.gpu}\n"
-                     f"{_shape_text(*config)}; ratio of median times, same run", fontsize=11)
+        _ratio_axis(axes[0], [float(y) for ax in axes for line in ax.get_lines()
+                              for y in line.get_ydata()])
+        axes[0].set_ylabel(f"speedup over {stage_title(NAIVE)} (×, log scale)")
         ordered = sorted(legend, key=impl_order)
         _legend_right(fig, [legend[i] for i in ordered], [impl_label(i) for i in ordered])
+        fig.suptitle(f"Forward speedup over {stage_title(NAIVE)} — {results.gpu}\n"
+                     f"{_shape_text(*config)}; seed 002's speedup plot; ratio of median times "
+                     "of one run", fontsize=10.5)
         _footer(fig, results, flop_note=False)
         figures[f"speedup_{_config_slug(*config)}"] = fig
     return figures
 
 
-# ---- (3) TFLOP/s and % of the measured ceiling at the headline shapes -----------------------
+# ---- (6) forward and backward time: eager, the course's best, flash, cuDNN ------------------
 
-def _headline_rows(results: Results, shape, pass_: str) -> list[Row]:
-    batch, heads, len_q, len_kv, head_dim = shape
-    rows = results.ok_rows(batch=batch, heads=heads, len_q=len_q, len_kv=len_kv,
-                           head_dim=head_dim, causal=False, pass_=pass_)
-    return sorted(rows, key=lambda r: impl_order(r.impl))
-
-
-def tflops_at_headlines(results: Results) -> dict[str, Figure]:
-    """Bars per stage: TFLOP/s and % of the measured GEMM ceiling of its element type;
-    baselines as vertical reference lines. One figure per headline shape, a row per pass."""
-    figures = {}
-    for name, shape in HEADLINES.items():
-        passes = [(p, _headline_rows(results, shape, p)) for p in ("fwd", "bwd")]
-        passes = [(p, rows) for p, rows in passes if any(is_stage(r.stage) for r in rows)]
-        if not passes:
-            print(f"plots: skip tflops_{name}: no stage measured at {shape} non-causal")
-            continue
-        counts = [sum(is_stage(r.stage) for r in rows) for _, rows in passes]
-        height = 1.6 + sum(1.0 + 0.36 * n for n in counts)
-        fig = _figure(13.0, height)
-        fig.subplots_adjust(left=0.16, right=_legend_edge(fig, 2.6), bottom=0.75 / height + 0.03,
-                            top=1 - 0.85 / height, wspace=0.08, hspace=1.1 / (height / len(passes)))
-        grid = fig.subplots(len(passes), 2, squeeze=False,
-                            gridspec_kw={"height_ratios": [0.6 + n for n in counts]})
-        legend = {}
-        for (pass_, rows), (ax_tflops, ax_pct) in zip(passes, grid):
-            stages = [r for r in rows if is_stage(r.stage)]
-            baselines = [r for r in rows if not is_stage(r.stage)]
-            ys = list(range(len(stages)))[::-1]
-            values = [tflops_of(r) for r in stages]
-            percents = [pct_of_ceiling(r, results) for r in stages]
-            colors = [impl_style(r.impl)["color"] for r in stages]
-            ax_pct.barh(ys, [p or 0 for p in percents], color=colors, height=0.65)
-            for y, v, p in zip(ys, values, percents):
-                ax_tflops.text(v, y, f" {v:.3g}", va="center", fontsize=8)
-                ax_pct.text(p or 0, y, f" {p:.3g}%" if p is not None else " no ceiling",
-                            va="center", fontsize=8)
-            ax_tflops.set_yticks(ys, [f"{r.stage} ({r.dtype})" for r in stages], fontsize=8)
-            ax_pct.set_yticks(ys, [""] * len(ys))
-            for row in baselines:
-                style = impl_style(row.impl)
-                line = ax_tflops.axvline(tflops_of(row), color=style["color"],
-                                         linestyle=style["linestyle"], linewidth=1.2)
-                pct = pct_of_ceiling(row, results)
-                if pct is not None:
-                    ax_pct.axvline(pct, color=style["color"], linestyle=style["linestyle"],
-                                   linewidth=1.2)
-                legend.setdefault(row.impl, line)
-            every = values + [tflops_of(r) for r in baselines]
-            if max(every) / min(every) > 30:  # FP32 and BF16 side by side: a log axis shows both
-                ax_tflops.set_xscale("log")
-                ax_tflops.set_xlim(min(every) / 2, max(every) * 2.5)
-                ax_tflops.barh(ys, [v - min(every) / 2 for v in values], color=colors,
-                               height=0.65, left=min(every) / 2)
-            else:
-                ax_tflops.set_xlim(0, max(every) * 1.15)
-                ax_tflops.barh(ys, values, color=colors, height=0.65)
-            pct_span = max([p or 0 for p in percents] +
-                           [pct_of_ceiling(r, results) or 0 for r in baselines] + [1])
-            ax_pct.set_xlim(0, pct_span * 1.15)
-            label = "forward" if pass_ == "fwd" else "backward"
-            log = ax_tflops.get_xscale() == "log"
-            ax_tflops.set_xlabel(f"{label} TFLOP/s" + (" (log scale)" if log else ""))
-            ax_pct.set_xlabel(f"{label}: % of the measured GEMM ceiling of its dtype")
-            for ax in (ax_tflops, ax_pct):
-                ax.grid(True, axis="x", alpha=0.25)
-                ax.set_ylim(-0.6, len(stages) - 0.4)
-            ax_tflops.set_title(label, fontsize=10, loc="left")
-        ceilings = [f"{n} {results.ceiling(n):.4g} TFLOP/s" for n in ("fp32_gemm", "bf16_gemm")
-                    if results.ceiling(n)]
-        batch, heads, len_q, len_kv, head_dim = shape
-        fig.suptitle(f"Throughput at the {name.replace('_', ' ')} shape — {results.gpu}\n"
-                     f"B={batch}, H={heads}, Lq={len_q}, Lkv={len_kv}, d={head_dim}, "
-                     f"non-causal; ceilings: {', '.join(ceilings) or 'not measured'}",
-                     fontsize=11)
-        ordered = sorted(legend, key=impl_order)
-        if ordered:
-            _legend_right(fig, [legend[i] for i in ordered], [impl_label(i) for i in ordered],
-                          title="baselines", title_fontsize=8)
-        _footer(fig, results)
-        figures[f"tflops_{name}"] = fig
-    if not figures:
-        raise NoData("no stage measured at a headline shape")
-    return figures
-
-
-# ---- (4) forward and backward time: naive, the course's best, cuDNN -------------------------
-
-def _best_forward_stage(series: dict[tuple, list[Row]]) -> tuple | None:
-    """The BF16 stage with the lowest geometric-mean time over the lengths all candidates ran."""
-    candidates = [(s, "bf16") for s in BF16_FORWARD_STAGES if series.get((s, "bf16"))]
+def _fastest(series: dict[tuple, list[Row]], candidates) -> tuple | None:
+    """The candidate with the lowest geometric-mean time over the lengths all of them ran."""
+    candidates = [c for c in candidates if series.get(c)]
     if not candidates:
         return None
     common = set.intersection(*({r.len_q for r in series[c]} for c in candidates))
@@ -585,50 +934,35 @@ def _best_forward_stage(series: dict[tuple, list[Row]]) -> tuple | None:
     return min(candidates, key=score)
 
 
-def _naive_choice(series: dict[tuple, list[Row]]) -> tuple | None:
-    for impl in (("torch_eager", "bf16"), (NAIVE, "fp32"), ("torch_eager", "fp32")):
-        if series.get(impl):
-            return impl
-    return None
-
-
 def forward_backward_vs_seqlen(results: Results) -> dict[str, Figure]:
-    """Forward and backward time against N for the naive implementation (PyTorch eager, else
-    stage 00), the course's best stage and cuDNN; rows non-causal and causal."""
+    """Seed 001's figure: forward and backward time against N for PyTorch eager (the unfused
+    reference), the course's fastest BF16 stage of that pass, PyTorch flash and cuDNN."""
     figures = {}
     configs = sorted(set(seqlen_configs(results, "fwd")) | set(seqlen_configs(results, "bwd")),
                      key=_config_order)
     for config in configs:
         cells = []
         for causal in (False, True):
-            forward = _series(results, config, causal, "fwd")
-            backward = _series(results, config, causal, "bwd")
-            cudnn = ("torch_cudnn", "bf16")
-            backward_best = (BACKWARD_STAGE, "bf16")
-            picks = {
-                "fwd": [("naive", _naive_choice(forward)),
-                        ("course best", _best_forward_stage(forward)),
-                        ("cuDNN", cudnn if forward.get(cudnn) else None)],
-                "bwd": [("naive", _naive_choice(backward)),
-                        ("course best", backward_best if backward.get(backward_best) else None),
-                        ("cuDNN", cudnn if backward.get(cudnn) else None)],
-            }
-            for pass_, series in (("fwd", forward), ("bwd", backward)):
-                chosen = [(role, impl) for role, impl in picks[pass_] if impl]
-                # A panel is about the course's best: without it, naive against cuDNN says nothing.
-                if any(role == "course best" for role, _ in chosen):
-                    cells.append((causal, pass_,
-                                  [(role, impl, series[impl]) for role, impl in chosen]))
+            for pass_ in ("fwd", "bwd"):
+                series = _series(results, config, causal, pass_)
+                stages = drawn_once([i for i in series if is_stage(i[0]) and i[1] == "bf16"],
+                                    pass_)
+                best = _fastest(series, stages)
+                if not best:
+                    continue
+                roles = [("eager", ("torch_eager", "bf16")), ("course best", best),
+                         ("flash", ("torch_flash", "bf16")), ("cuDNN", ("torch_cudnn", "bf16"))]
+                cells.append((causal, pass_, [(role, impl, series[impl]) for role, impl in roles
+                                              if series.get(impl)]))
         if not cells:
             print(f"plots: skip fwd_bwd_{_config_slug(*config)}: no BF16 stage in this sweep")
             continue
         causals = sorted({c for c, _, _ in cells})
         passes = [p for p in ("fwd", "bwd") if any(p == q for _, q, _ in cells)]
-        fig = _figure(5.2 * len(passes) + 2.8, 1.3 + 3.6 * len(causals))
-        one_row = len(causals) == 1
-        fig.subplots_adjust(left=0.85 / fig.get_figwidth(), right=_legend_edge(fig, 2.8),
-                            bottom=0.13 if one_row else 0.08, top=0.86 if one_row else 0.9,
-                            wspace=0.22, hspace=0.38)
+        fig = _figure(5.0 * len(passes) + 3.0, 1.4 + 3.7 * len(causals))
+        fig.subplots_adjust(left=0.8 / fig.get_figwidth(), right=_legend_edge(fig, 3.0),
+                            bottom=0.75 / fig.get_figheight(), top=1 - 1.0 / fig.get_figheight(),
+                            wspace=0.22, hspace=0.32)
         grid = fig.subplots(len(causals), len(passes), squeeze=False)
         legend = {}
         for causal, pass_, lines in cells:
@@ -637,22 +971,25 @@ def forward_backward_vs_seqlen(results: Results) -> dict[str, Figure]:
             for role, impl, rows in lines:
                 xs = [r.len_q for r in rows]
                 lengths.update(xs)
-                label = f"{role}: {impl_label(impl)}"
-                (line,) = ax.plot(xs, [r.median_ms for r in rows], label=label, **impl_style(impl))
+                label = impl_label(impl, pass_) if role != "course best" else \
+                    f"course best: {impl_label(impl, pass_)}"
+                (line,) = ax.plot(xs, [r.median_ms for r in rows], **impl_style(impl))
                 legend.setdefault(label, line)
             ax.set_yscale("log")
             _log2_length_axis(ax, lengths)
             ax.grid(True, which="both", alpha=0.25)
             ax.set_title(f"{'forward' if pass_ == 'fwd' else 'backward'}, "
                          f"{'causal' if causal else 'non-causal'}", fontsize=10)
-            ax.set_xlabel("sequence length N (Lq = Lkv)")
+            if causals.index(causal) == len(causals) - 1:
+                ax.set_xlabel("sequence length N (Lq = Lkv)")
             ax.set_ylabel("time (ms, log scale)")
         for row in grid:
             for ax in row:
                 if not ax.has_data():
                     ax.set_axis_off()
-        fig.suptitle(f"Forward and backward time vs sequence length — {results.gpu}\n"
-                     f"{_shape_text(*config)}", fontsize=11)
+        fig.suptitle(f"Forward and backward time against sequence length — {results.gpu}\n"
+                     f"{_shape_text(*config)}, BF16; seed 001's forward/backward figure: "
+                     "eager, the course's fastest stage of the pass, flash, cuDNN", fontsize=10.5)
         _legend_right(fig, list(legend.values()), list(legend.keys()))
         _footer(fig, results, flop_note=False)
         figures[f"fwd_bwd_{_config_slug(*config)}"] = fig
@@ -661,10 +998,12 @@ def forward_backward_vs_seqlen(results: Results) -> dict[str, Figure]:
     return figures
 
 
+
 # ---- (5) roofline ---------------------------------------------------------------------------
 
 def _roofline_rows(results: Results, pass_: str) -> list[Row]:
-    """The non-causal shape with the most implementations measured, the BF16 headline first."""
+    """The non-causal shape with the most implementations measured, the BF16 headline first;
+    the stages (each kernel once) and the chosen baselines."""
     by_shape: dict[tuple, list[Row]] = {}
     for row in results.ok_rows(pass_=pass_, causal=False):
         by_shape.setdefault(row.shape, []).append(row)
@@ -676,7 +1015,9 @@ def _roofline_rows(results: Results, pass_: str) -> list[Row]:
     else:
         rows = max(by_shape.values(), key=lambda rs: (len(rs), rs[0].len_q * rs[0].len_kv,
                                                        rs[0].shape))
-    return sorted(rows, key=lambda r: impl_order(r.impl))
+    stages = drawn_once([r.impl for r in rows if is_stage(r.stage)], pass_)
+    chosen = set(stages) | {b for d in ("fp32", "bf16") for b in chosen_baselines(results, d)}
+    return sorted((r for r in rows if r.impl in chosen), key=lambda r: impl_order(r.impl))
 
 
 def roofline(results: Results) -> dict[str, Figure]:
@@ -728,8 +1069,6 @@ def roofline(results: Results) -> dict[str, Figure]:
             ax.text(peak / bandwidth_tb * 1.15, peak * (0.92 if below else 1.08),
                     f"{name}: {peak:.4g} TFLOP/s", ha="left", va="top" if below else "bottom",
                     fontsize=7.5)
-        ax.text(low * 1.3, low * 1.3 * bandwidth_tb * 1.35, f"copy: {copy:.4g} GB/s",
-                rotation=0, fontsize=7.5, ha="left", va="bottom")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(low, high)
@@ -745,11 +1084,12 @@ def roofline(results: Results) -> dict[str, Figure]:
         Line2D([], [], color="#222222", linewidth=1.8, label="measured roof"),
         Line2D([], [], linestyle="none", marker="o", markerfacecolor="none", color="#555555",
                label="counting the workspace\nwritten + read once")]
-    labels = list(legend.keys()) + ["roof: min(GEMM ceiling,\nAI × copy bandwidth)",
+    labels = list(legend.keys()) + [f"roof: min(GEMM ceiling, AI × copy\nbandwidth {copy:.4g} GB/s)",
                                     "same point, counting the\nworkspace written + read once"]
     _legend_right(fig, handles, labels)
     fig.suptitle(f"Roofline with measured ceilings — {results.gpu}\n"
-                 "minimum bytes: inputs read once, outputs written once (LSE in FP32)",
+                 "seed 001's roofline; minimum bytes: inputs read once, outputs written once "
+                 "(LSE in FP32)",
                  fontsize=11)
     _footer(fig, results)
     return {"roofline": fig}
@@ -769,8 +1109,11 @@ def memory_vs_seqlen(results: Results) -> dict[str, Figure]:
     """Device memory a forward call needs: inputs and outputs plus the reported workspace.
     Skipped rows count too when they report the workspace (that is why some did not run)."""
     per_config: dict[tuple, dict[tuple, dict[int, tuple[int, bool]]]] = {}
+    chosen = {b for d in ("fp32", "bf16") for b in chosen_baselines(results, d)}
     for row in results.rows:
         if row.pass_ != "fwd" or row.causal or row.len_q != row.len_kv:
+            continue
+        if not is_stage(row.stage) and row.impl not in chosen:
             continue
         if row.workspace_bytes is None or not (row.ok or row.status.startswith("skipped")):
             continue
@@ -839,53 +1182,10 @@ def memory_vs_seqlen(results: Results) -> dict[str, Figure]:
     labels = list(legend.keys()) + ["hollow marker: skipped at that N\n(workspace as reported)"]
     _legend_right(fig, handles, labels, labelspacing=0.9)
     fig.suptitle(f"Device memory vs sequence length — {results.gpu}\n"
-                 "Q, K, V, O and the FP32 LSE, plus the workspace each implementation reports "
-                 "(workspace_bytes column)", fontsize=11)
+                 "seed 000's memory comparison: Q, K, V, O and the FP32 LSE, plus the workspace "
+                 "each implementation reports (workspace_bytes column)", fontsize=11)
     _footer(fig, results, flop_note=False)
     return {"memory": fig}
-
-
-# ---- (7) latency at one length --------------------------------------------------------------
-
-def latency_bars(results: Results, length: int = LATENCY_LENGTH) -> dict[str, Figure]:
-    """Forward time at N = `length` per implementation, a panel per (B, H, d) configuration."""
-    panels = []
-    for config in seqlen_configs(results):
-        batch, heads, head_dim = config
-        rows = results.ok_rows(batch=batch, heads=heads, head_dim=head_dim, len_q=length,
-                               len_kv=length, causal=False, pass_="fwd")
-        if rows:
-            panels.append((config, sorted(rows, key=lambda r: impl_order(r.impl))))
-    if not panels:
-        raise NoData(f"no non-causal forward row at N={length} in a sequence-length sweep")
-    count = max(len(rows) for _, rows in panels)
-    height = 1.5 + 0.3 * count
-    fig = _figure(6.0 * len(panels) + 1.2, height)
-    fig.subplots_adjust(left=0.16 if len(panels) > 1 else 0.25, right=0.97,
-                        bottom=0.8 / height + 0.05, top=1 - 0.75 / height, wspace=0.5)
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, (config, rows) in zip(axes, panels):
-        ys = list(range(len(rows)))[::-1]
-        times = [r.median_ms for r in rows]
-        colors = [impl_style(r.impl)["color"] for r in rows]
-        hatches = [None if is_stage(r.stage) else "//" for r in rows]
-        bars = ax.barh(ys, times, color=colors, height=0.7)
-        for bar, hatch, row in zip(bars, hatches, rows):
-            if hatch:
-                bar.set_hatch(hatch)
-                bar.set_alpha(0.75)
-        for y, t in zip(ys, times):
-            ax.text(t, y, f" {t:.3g}", va="center", fontsize=7.5)
-        ax.set_yticks(ys, [impl_label(r.impl) for r in rows], fontsize=8)
-        ax.set_xscale("log")
-        ax.set_xlim(min(times) / 1.5, max(times) * 4)
-        ax.grid(True, axis="x", which="both", alpha=0.25)
-        ax.set_xlabel("forward time (ms, log scale)")
-        ax.set_title(_shape_text(*config, len_text=f"N={length}") + ", non-causal", fontsize=9.5)
-    fig.suptitle(f"Forward latency at N={length} — {results.gpu}\n"
-                 "stages solid, baselines hatched", fontsize=11)
-    _footer(fig, results, flop_note=False)
-    return {f"latency_n{length}": fig}
 
 
 # ---- tables ---------------------------------------------------------------------------------
@@ -901,8 +1201,8 @@ def ceilings_markdown(results: Results) -> str:
 
 # ---- driver ---------------------------------------------------------------------------------
 
-FIGURES = [runtime_vs_seqlen, speedup_over_naive, tflops_at_headlines,
-           forward_backward_vs_seqlen, roofline, memory_vs_seqlen, latency_bars]
+FIGURES = [ladder_figure, chapter_speedup_figure, fp32_vs_sdpa_figure, runtime_vs_seqlen,
+           speedup_over_naive, forward_backward_vs_seqlen, roofline, memory_vs_seqlen]
 
 
 def figure_png(fig: Figure) -> bytes:

@@ -11,6 +11,25 @@ CSV_COLUMNS = ["gpu", "stage", "dtype", "batch", "heads", "len_q", "len_kv", "he
                "pass", "median_ms", "min_ms", "tflops", "pct_sol", "workspace_bytes", "commit",
                "status"]
 
+# Must match kCeilingsHeader in common/ceilings.h.
+CEILINGS_COLUMNS = ["gpu", "ceiling", "value", "unit", "median_ms", "method"]
+
+# Every ceiling a ceilings.csv may hold, and who measures it. Files written before a name was
+# added simply lack its row; readers treat a missing row as "not measured".
+CEILINGS = {
+    "bf16_gemm": "common/ceilings.cu: best cuBLAS BF16 GEMM rate over a few large shapes",
+    "fp32_gemm": "common/ceilings.cu: best cuBLAS FP32 GEMM rate (no TF32) over the same shapes",
+    "copy": "common/ceilings.cu: device-to-device copy, bytes read plus bytes written",
+    "bf16_mma_sync": "common/ceilings.cu: back-to-back mma.sync.m16n8k16 from registers",
+    "bf16_torch_matmul": "bench/baselines.py: best torch.matmul BF16 rate over the same shapes",
+    "fp32_torch_matmul": "bench/baselines.py: best torch.matmul FP32 rate (TF32 off), same shapes",
+}
+# The ceiling "% of SOL" is taken against, per element type (common/bench.cpp does the same).
+SOL_CEILING = {"bf16": "bf16_gemm", "fp16": "bf16_gemm", "fp32": "fp32_gemm"}
+# The shapes (m, n, k) both GEMM ceilings are measured on; must match kGemmShapes in
+# common/ceilings.cu.
+GEMM_SHAPES = [(8192, 8192, 8192), (8192, 8192, 4096), (16384, 8192, 8192)]
+
 FLOP_CONVENTION = ("FLOPs follow the FlashAttention convention: forward 4*B*H*Lq*Lk*D (halved "
                    "when causal), backward 2.5x forward; TFLOP/s = FLOPs / median time")
 

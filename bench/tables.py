@@ -14,7 +14,10 @@ NAME is either
         (median ms), for one pass (fwd unless pass= says otherwise);
   * NN_name (a stage folder; stage:NN_name also works), a chapter's own table: the stage
     against its predecessor and the baselines of its element type, at both headline shapes;
-  * ceilings: the ceilings measured in the same run (ceilings.csv beside the results CSV).
+  * ceilings: the ceilings measured in the same run (ceilings.csv beside the results CSV);
+  * sdpa-fp32: seed 003's table, the FP32 stages (stages=, default 04_warp_shuffle) against
+    PyTorch's FP32 SDPA over the non-causal seqlen sweep at d = 64: torch_sdpa (the default
+    dispatch) where the run has it, else torch_efficient (the fused backend that takes FP32).
 Options: stages=a,b,c (implementations, in that order; default all), pass=fwd|bwd,
 dtype=fp32|bf16, causal=0|1, baseline=NAME.
 
@@ -82,8 +85,9 @@ EXCERPT_END = re.compile(r"^\s*// end excerpt\s*$")
 MAX_EXCERPT_LINES = 40
 PENDING = "…"
 FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (halved when causal), "
-              "backward 2.5× forward; % of SOL against the measured cuBLAS GEMM of the row's "
-              "element type.")
+              "backward 2.5× forward; % of SOL against the cuBLAS GEMM ceiling of the row's "
+              "element type measured in the same run (bf16_gemm or fp32_gemm in ceilings.csv, "
+              "whose method column says how).")
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -176,6 +180,8 @@ class Tables:
             lines = self.stage_table(name, options)
         elif name == "ceilings":
             lines = self.ceilings_table()
+        elif name == "sdpa-fp32":
+            lines = self.sdpa_fp32_table(options)
         elif name not in self.sweeps:
             raise SystemExit(f"results:{name}: no such sweep in bench/sweeps.txt")
         elif len(self.sweeps[name]) == 1:
@@ -239,6 +245,37 @@ class Tables:
         lines = [[row["ceiling"], f"{float(row['value']):.1f} {row['unit']}", row["method"]]
                  for row in rows]
         return table(["ceiling", "measured", "how"], lines)
+
+    def sdpa_fp32_table(self, options):
+        """N, PyTorch's FP32 SDPA, each chosen FP32 stage and its speedup over SDPA."""
+        stages = options.get("stages", "04_warp_shuffle").split(",")
+        baseline = "torch_sdpa" if any(key[0] == "torch_sdpa" for key in self.rows) \
+            else "torch_efficient"
+        shapes = [shape for shape in self.sweeps.get("seqlen", [])
+                  if shape[4] == 64 and not shape[5] and shape[2] == shape[3]]
+        lines = []
+        for shape in shapes:
+            base = self.find((baseline, "fp32"), shape, "fwd")
+            if not base or base["status"] != "ok":
+                continue
+            cells = [str(shape[2]), milliseconds(base["median_ms"])]
+            for stage in stages:
+                row = self.find((stage, "fp32"), shape, "fwd")
+                ok = row and row["status"] == "ok"
+                cells += [milliseconds(row["median_ms"]) if ok else "–", speedup(base, row)]
+            lines.append(cells)
+        if not lines:
+            return ["No PyTorch FP32 SDPA rows in this run (they need PyTorch): run `make bench` "
+                    "where `import torch` works."]
+        batch, heads, head_dim = shapes[0][0], shapes[0][1], shapes[0][4]
+        which = ("`torch_sdpa`, PyTorch's default dispatch" if baseline == "torch_sdpa" else
+                 "`torch_efficient`, the fused SDPA backend that takes FP32 (this run has no "
+                 "`torch_sdpa` rows, PyTorch's default dispatch)")
+        header = ["N", f"{baseline} ms"]
+        for stage in stages:
+            header += [f"{stage} ms", f"{stage} over {baseline}"]
+        return [f"**forward, B={batch} H={heads} Lq=Lk=N D={head_dim}, non-causal; "
+                f"PyTorch FP32 SDPA: {which}**", ""] + table(header, lines)
 
     def shape_table(self, shape, implementations, options, baseline=None):
         """One row per (implementation, pass) at one shape."""

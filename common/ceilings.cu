@@ -1,5 +1,6 @@
-// Measures the ceilings declared in ceilings.h: a large cuBLAS BF16 GEMM, a large cuBLAS FP32
-// GEMM without TF32, a device-to-device copy and back-to-back mma.sync, on the current device.
+// Measures the ceilings declared in ceilings.h: the best cuBLAS BF16 GEMM rate and the best FP32
+// GEMM rate without TF32 over a few large shapes, a device-to-device copy and back-to-back
+// mma.sync, on the current device.
 #include "ceilings.h"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <iomanip>
 #include <optional>
 #include <ostream>
@@ -25,12 +27,26 @@
 
 namespace {
 
-// Large enough that cuBLAS runs its best steady-state kernel with every SM busy for
-// milliseconds; the attention sweeps' GEMMs are no larger.
-constexpr int kGemmSize = 8192;
+// The GEMM ceilings are the best rate over these shapes (m x n x k), each timed in several
+// rounds after the GPU has been kept busy for a while: one 8192^3 GEMM timed once moved by 15%
+// between runs on the same H100 (clocks and power settle differently from run to run), and a
+// ceiling that reads low flatters every stage's % of SOL. All are larger than any GEMM of the
+// attention sweeps, and large enough that cuBLAS runs its steady-state kernel on every SM.
+struct GemmShape {
+    int m, n, k;
+};
+constexpr GemmShape kGemmShapes[] = {{8192, 8192, 8192}, {8192, 8192, 4096}, {16384, 8192, 8192}};
+// Each shape: kGemmRounds rounds of about kRoundSeconds of calls; the fastest round's median.
+constexpr int kGemmRounds = 3;
+constexpr double kRoundSeconds = 0.15;
+// Busy time before the first timed GEMM of each element type, for the clocks to settle.
+constexpr double kGemmWarmupSeconds = 1.0;
+// cuBLAS's workspace, set explicitly so that the choice of kernel does not depend on a default.
+constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 // Far beyond any L2 cache, so that the copy streams through device memory.
 constexpr size_t kCopyBytes = size_t(1) << 30;
-// Each ceiling is timed for about this long after warm-up, within these repeat bounds.
+// The copy and mma.sync ceilings are timed for about this long after warm-up, within these
+// repeat bounds.
 constexpr double kTargetSeconds = 0.5;
 constexpr int kWarmupCalls = 3;
 constexpr int kMinRepeats = 10;
@@ -67,8 +83,9 @@ void fill_normal(T* data, size_t count, uint64_t seed) {
     CUDA_CHECK_LAUNCH();
 }
 
-// Median milliseconds of `call` on the default stream, each call between its own pair of events.
-double median_ms(const std::function<void()>& call) {
+// Median milliseconds of `call` on the default stream, each call between its own pair of events,
+// over about target_seconds of calls (within the repeat bounds) after kWarmupCalls calls.
+double median_ms(const std::function<void()>& call, double target_seconds = kTargetSeconds) {
     EventPair probe;
     for (int i = 0; i < kWarmupCalls; ++i) call();
     CUDA_CHECK(cudaEventRecord(probe.start));
@@ -78,7 +95,7 @@ double median_ms(const std::function<void()>& call) {
     float estimate_ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&estimate_ms, probe.start, probe.stop));
 
-    const int repeats = std::clamp(int(kTargetSeconds * 1e3 / std::max(estimate_ms, 1e-3f)),
+    const int repeats = std::clamp(int(target_seconds * 1e3 / std::max(estimate_ms, 1e-3f)),
                                    kMinRepeats, kMaxRepeats);
     std::vector<EventPair> events(repeats);
     for (auto& pair : events) {
@@ -97,29 +114,66 @@ double median_ms(const std::function<void()>& call) {
     return times[times.size() / 2];
 }
 
-// C = A^T B with m = n = k = kGemmSize: the transposed-A layout is the one attention's S = QK^T
-// uses on row-major data, and one cuBLAS serves at full speed.
+// Keeps the GPU busy with `call` for about `seconds` (timed by events, not counted).
+void keep_busy(const std::function<void()>& call, double seconds) {
+    EventPair span;
+    CUDA_CHECK(cudaEventRecord(span.start));
+    for (int calls = 0;; ++calls) {
+        call();
+        if (calls % 4 != 3) continue;
+        CUDA_CHECK(cudaEventRecord(span.stop));
+        CUDA_CHECK(cudaEventSynchronize(span.stop));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, span.start, span.stop));
+        if (ms >= seconds * 1e3) return;
+    }
+}
+
+// C = A^T B for every shape of kGemmShapes: the transposed-A layout is the one attention's
+// S = QK^T uses on row-major data, and one cuBLAS serves at full speed. The ceiling is the best
+// rate of any shape (its fastest round's median); the method text lists every shape's rate.
 template <class T>
 Ceiling measure_gemm(cublasHandle_t handle, cudaDataType_t type, const char* name,
                      const char* type_name) {
-    const size_t elements = size_t(kGemmSize) * kGemmSize;
-    DeviceBuffer<T> a(elements), b(elements), c(elements);
-    fill_normal(a.data(), elements, 1);
-    fill_normal(b.data(), elements, 2);
+    size_t a_elements = 0, b_elements = 0, c_elements = 0;
+    for (const GemmShape& shape : kGemmShapes) {
+        a_elements = std::max(a_elements, size_t(shape.k) * shape.m);
+        b_elements = std::max(b_elements, size_t(shape.k) * shape.n);
+        c_elements = std::max(c_elements, size_t(shape.m) * shape.n);
+    }
+    DeviceBuffer<T> a(a_elements), b(b_elements), c(c_elements);
+    fill_normal(a.data(), a_elements, 1);
+    fill_normal(b.data(), b_elements, 2);
     const float alpha = 1.0f, beta = 0.0f;
     // CUBLAS_COMPUTE_32F (not _FAST_TF32) under the default math mode: FP32 data stays on the
     // FP32 units, and BF16 data accumulates in FP32 on the tensor cores.
-    const double ms = median_ms([&] {
-        CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, kGemmSize, kGemmSize, kGemmSize,
-                                  &alpha, a.data(), type, kGemmSize, b.data(), type, kGemmSize, &beta,
-                                  c.data(), type, kGemmSize, CUBLAS_COMPUTE_32F,
+    auto gemm = [&](const GemmShape& shape) {
+        CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, shape.m, shape.n, shape.k,
+                                  &alpha, a.data(), type, shape.k, b.data(), type, shape.k, &beta,
+                                  c.data(), type, shape.m, CUBLAS_COMPUTE_32F,
                                   CUBLAS_GEMM_DEFAULT));
-    });
-    const double flops = 2.0 * double(kGemmSize) * kGemmSize * kGemmSize;
+    };
+    keep_busy([&] { gemm(kGemmShapes[0]); }, kGemmWarmupSeconds);
+
+    double best_tflops = 0, best_ms = 0;
+    std::ostringstream rates;
+    for (const GemmShape& shape : kGemmShapes) {
+        double shape_ms = 0;
+        for (int round = 0; round < kGemmRounds; ++round) {
+            const double ms = median_ms([&] { gemm(shape); }, kRoundSeconds);
+            shape_ms = round == 0 ? ms : std::min(shape_ms, ms);
+        }
+        const double tflops = 2.0 * double(shape.m) * shape.n * shape.k / (shape_ms * 1e-3) / 1e12;
+        if (tflops > best_tflops) best_tflops = tflops, best_ms = shape_ms;
+        rates << (&shape == kGemmShapes ? "" : ", ") << shape.m << "x" << shape.n << "x"
+              << shape.k << " " << std::fixed << std::setprecision(1) << tflops;
+    }
     std::ostringstream method;
-    method << "cublasGemmEx " << kGemmSize << "x" << kGemmSize << "x" << kGemmSize << " "
-           << type_name << " in and out with CUBLAS_COMPUTE_32F";
-    return {name, flops / (ms * 1e-3) / 1e12, "TFLOP/s", ms, method.str()};
+    method << "cublasGemmEx " << type_name << " in and out with CUBLAS_COMPUTE_32F, A transposed; "
+           << "best of " << std::size(kGemmShapes) << " shapes (m x n x k TFLOP/s: "
+           << rates.str() << "), each the fastest of " << kGemmRounds
+           << " medians after " << kGemmWarmupSeconds << " s of warm-up";
+    return {name, best_tflops, "TFLOP/s", best_ms, method.str()};
 }
 
 // mma.sync.m16n8k16 (BF16 in, FP32 accumulation) issued back to back from registers: the most
@@ -212,6 +266,8 @@ Ceilings measure_ceilings() {
     ceilings.gpu = properties.name;
     try {
         CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+        DeviceBuffer<unsigned char> workspace(kCublasWorkspaceBytes);
+        CUBLAS_CHECK(cublasSetWorkspace(handle, workspace.data(), kCublasWorkspaceBytes));
         ceilings.entries.push_back(
             measure_gemm<__nv_bfloat16>(handle, CUDA_R_16BF, "bf16_gemm", "bf16"));
         ceilings.entries.push_back(measure_gemm<float>(handle, CUDA_R_32F, "fp32_gemm", "fp32"));

@@ -1,16 +1,20 @@
-// Measured ceilings of the GPU the benchmark runs on: what cuBLAS reaches on a large BF16 and a
-// large FP32 GEMM, and what a device-to-device copy reaches through device memory. "% of SOL"
+// Measured ceilings of the GPU the benchmark runs on: the best rate cuBLAS reaches on a few large
+// BF16 and FP32 GEMMs, and what a device-to-device copy reaches through device memory. "% of SOL"
 // in the benchmark is taken against these, measured in the same run on the same GPU, rather than
 // against a datasheet figure that clocks, power limits and board variants make unreachable.
 //
 // The ceilings CSV (bench/results/<gpu>/ceilings.csv) has one row per ceiling:
 //     gpu,ceiling,value,unit,median_ms,method
 // with `ceiling` one of the names below:
-//     bf16_gemm   TFLOP/s   cublasGemmEx, BF16 in and out, FP32 accumulation (tensor cores)
-//     fp32_gemm   TFLOP/s   cublasGemmEx, FP32 in and out, FP32 compute without TF32 (CUDA cores)
+//     bf16_gemm   TFLOP/s   cublasGemmEx, BF16 in and out, FP32 accumulation (tensor cores):
+//                           the best of three shapes, each the fastest of several rounds
+//     fp32_gemm   TFLOP/s   the same in FP32, FP32 compute without TF32 (CUDA cores)
 //     copy        GB/s      cudaMemcpyAsync device to device, bytes read plus bytes written
 //     bf16_mma_sync TFLOP/s mma.sync.m16n8k16 BF16 (FP32 accumulation) back to back from
 //                           registers: the instruction of stages 05-07 without any data movement
+// and, appended by bench/baselines.py when PyTorch is importable (bench/schema.py lists them all):
+//     bf16_torch_matmul, fp32_torch_matmul   TFLOP/s   torch.matmul on the same shapes, a check
+//                           on the cuBLAS rows (never used for % of SOL)
 #pragma once
 
 #include <iosfwd>
