@@ -60,10 +60,11 @@ test:
 bench:
 	@PYTHON=$(PYTHON_ENV) bash bench/run_bench.sh $(STAGES)
 
-# Redraws the committed figures, docs/img/, from the newest bench/results/<gpu>/ (or
-# RESULTS=bench/results/<gpu>); no GPU needed.
+# Redraws the committed figures, docs/img/ (or PLOTS_OUT=folder), from the newest
+# bench/results/<gpu>/ (or RESULTS=bench/results/<gpu>); no GPU needed.
+PLOTS_OUT ?= docs/img
 plots:
-	@$(PYTHON_ENV) bench/plots.py $(RESULTS) --out docs/img
+	@$(PYTHON_ENV) bench/plots.py $(RESULTS) --out $(PLOTS_OUT)
 
 # Runs the benchmark notebook top to bottom on the committed CSVs, into build/ (the committed
 # notebook stays without outputs).
