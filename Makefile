@@ -10,7 +10,7 @@ JOBS      ?= $(shell nproc)
 
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all test bench plots notebook docs docs-check diagrams sanitize profile diff clean distclean $(SUITES)
+.PHONY: all common-objects test bench plots notebook docs docs-check diagrams sanitize profile diff clean distclean $(SUITES)
 
 # make profile STAGE=04 | STAGE=4 | STAGE=04_warp_shuffle: the stage's folder, or a usage line.
 ifneq ($(filter profile,$(MAKECMDGOALS)),)
@@ -28,7 +28,7 @@ endif
 
 # What each goal needs, checked (Doctest fetched, .deps/venv made) before anything is built:
 # see common/deps.mk.
-DOCTEST_GOALS   := all test sanitize $(SUITES)
+DOCTEST_GOALS   := all common-objects test sanitize $(SUITES)
 GPU_GOALS       := bench sanitize profile
 SANITIZER_GOALS := sanitize
 NCU_GOALS       := profile
@@ -36,13 +36,17 @@ PYTHON_GOALS    := bench plots notebook diagrams
 include common/deps.mk
 
 # The objects the suites share (common/stage.mk) are built first, suite by suite (each of them
-# in parallel), so that no two makes write the same file; then the suites build side by side.
-all:
-	@for suite in $(SUITES); do \
+# in parallel), so that no two makes write the same file; then the suites build side by side
+# (make all, or make -j 03_online_softmax 04_warp_shuffle: the suites named).
+COMMON_FOR := $(or $(filter $(SUITES),$(MAKECMDGOALS)),$(SUITES))
+common-objects:
+	@for suite in $(COMMON_FOR); do \
 	  $(MAKE) --no-print-directory -C $$suite -j$(JOBS) common-objects || exit 1; done
-	@$(MAKE) --no-print-directory -j$(JOBS) $(SUITES)
 
-$(SUITES):
+all: common-objects
+	@$(MAKE) --no-print-directory -j$(JOBS) $(SUITES) COMMON_OBJECTS_BUILT=1
+
+$(SUITES): $(if $(COMMON_OBJECTS_BUILT),,common-objects)
 	@$(MAKE) --no-print-directory -C $@ all
 
 # Builds everything, runs every suite (GPU cases are skipped by name where no GPU is
