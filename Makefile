@@ -32,6 +32,7 @@ DOCTEST_GOALS   := all common-objects test sanitize $(SUITES)
 GPU_GOALS       := bench sanitize profile
 SANITIZER_GOALS := sanitize
 NCU_GOALS       := profile
+NVCC_GOALS      := all common-objects test bench sanitize profile $(SUITES)
 PYTHON_GOALS    := bench plots notebook diagrams
 include common/deps.mk
 

@@ -58,14 +58,20 @@ expect 2 "make sanitize $gpu" make -C 05_mma_swizzle sanitize "${NO_GPU[@]}"
 expect 2 "make profile $gpu" make -C 04_warp_shuffle profile "${NO_GPU[@]}"
 
 echo "-- no compute-sanitizer, no ncu (with a GPU)"
-expect 2 "make sanitize needs compute-sanitizer.*(apt-get install|PATH)" \
+expect 2 "make sanitize needs compute-sanitizer, and $tmp/none/compute-sanitizer is not an executable: install it with: sudo apt-get install cuda-sanitizer-" \
     make sanitize "${FAKE_GPU[@]}" COMPUTE_SANITIZER="$tmp/none/compute-sanitizer"
-expect 2 "make sanitize needs compute-sanitizer.*(apt-get install|PATH)" \
+expect 2 "make sanitize needs compute-sanitizer, and $tmp/none/compute-sanitizer is not an executable: install it with: sudo apt-get install cuda-sanitizer-" \
     make -C 07_backward sanitize "${FAKE_GPU[@]}" COMPUTE_SANITIZER="$tmp/none/compute-sanitizer"
-expect 2 "make profile needs ncu.*(apt-get install|PATH)" make profile STAGE=04 "${FAKE_GPU[@]}" NCU="$tmp/none/ncu"
-expect 2 "make profile needs ncu.*(apt-get install|PATH)" make profile STAGE=4 "${FAKE_GPU[@]}" NCU="$tmp/none/ncu"
-expect 2 "make profile needs ncu.*(apt-get install|PATH)" \
+expect 2 "make profile needs ncu, and $tmp/none/ncu is not an executable: install it with: sudo apt-get install cuda-nsight-compute-" make profile STAGE=04 "${FAKE_GPU[@]}" NCU="$tmp/none/ncu"
+expect 2 "make profile needs ncu, and $tmp/none/ncu is not an executable: install it with: sudo apt-get install cuda-nsight-compute-" make profile STAGE=4 "${FAKE_GPU[@]}" NCU="$tmp/none/ncu"
+expect 2 "make profile needs ncu, and $tmp/none/ncu is not an executable: install it with: sudo apt-get install cuda-nsight-compute-" \
     make profile STAGE=04_warp_shuffle "${FAKE_GPU[@]}" NCU="$tmp/none/ncu"
+
+echo "-- no CUDA Toolkit"
+expect 2 "make test needs nvcc, and $tmp/none/nvcc is not an executable: install the CUDA Toolkit" \
+    make test NVCC="$tmp/none/nvcc"
+expect 2 "make all needs nvcc, and $tmp/none/nvcc is not an executable: install the CUDA Toolkit" \
+    make -C 00_naive NVCC="$tmp/none/nvcc"
 
 echo "-- bad arguments"
 expect 2 "usage: make profile STAGE=04" make profile

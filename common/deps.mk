@@ -5,6 +5,7 @@
 #                  .deps/doctest/include by common/fetch_doctest.sh (DOCTEST_URL, DOCTEST_APT)
 #   GPU_GOALS      an NVIDIA GPU (common/require.sh gpu)
 #   NCU_GOALS, SANITIZER_GOALS   ncu, compute-sanitizer
+#   NVCC_GOALS     nvcc (the CUDA Toolkit)
 #   PYTHON_GOALS   a Python with bench/requirements.txt: PYTHON_ENV (common/python_env.sh makes
 #                  .deps/venv on first use)
 # A goal whose need cannot be met stops make at once with one line: what is missing, what to do.
@@ -16,6 +17,7 @@ DOCTEST_DIR := $(or $(DOCTEST_INCLUDE),$(if $(wildcard $(DOCTEST_SYSTEM_INCLUDE)
 NCU               ?= ncu
 COMPUTE_SANITIZER ?= compute-sanitizer
 NVIDIA_SMI        ?= nvidia-smi
+NVCC              ?= nvcc
 
 DEPS_GOALS := $(or $(MAKECMDGOALS),all)
 deps_wanted = $(filter $(1),$(DEPS_GOALS))
@@ -34,6 +36,10 @@ ifneq ($(call deps_wanted,$(SANITIZER_GOALS)),)
 endif
 ifneq ($(call deps_wanted,$(NCU_GOALS)),)
   deps_problem := $(shell bash $(ROOT)/common/require.sh tool "$(call deps_goal,$(NCU_GOALS))" '$(NCU)')
+  $(if $(deps_problem),$(error $(deps_problem)))
+endif
+ifneq ($(call deps_wanted,$(NVCC_GOALS)),)
+  deps_problem := $(shell bash $(ROOT)/common/require.sh tool "$(call deps_goal,$(NVCC_GOALS))" '$(NVCC)')
   $(if $(deps_problem),$(error $(deps_problem)))
 endif
 ifneq ($(call deps_wanted,$(DOCTEST_GOALS)),)

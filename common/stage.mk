@@ -42,6 +42,7 @@ DOCTEST_GOALS   := all test sanitize common-objects
 GPU_GOALS       := bench sanitize profile
 SANITIZER_GOALS := sanitize
 NCU_GOALS       := profile
+NVCC_GOALS      := all test bench sanitize profile common-objects common-bench-objects
 include $(COMMON)/deps.mk
 
 BASE_FLAGS := -std=c++17 -O3 -lineinfo -I$(COMMON) \
