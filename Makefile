@@ -10,6 +10,7 @@ JOBS      ?= $(shell nproc)
 
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 
+.DEFAULT_GOAL := all
 .PHONY: all common-objects test bench plots notebook docs docs-check diagrams sanitize profile diff clean distclean $(SUITES)
 
 # make profile STAGE=04 | STAGE=4 | STAGE=04_warp_shuffle: the stage's folder, or a usage line.
