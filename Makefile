@@ -8,12 +8,47 @@ BASELINES := bench/cublas_fp32 bench/cublas_bf16
 SUITES    := $(STAGES) $(BASELINES)
 JOBS      ?= $(shell nproc)
 
-.PHONY: all test bench plots notebook docs docs-check diagrams sanitize profile diff clean $(SUITES)
+ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 
-all:
-	@$(MAKE) --no-print-directory -j$(JOBS) $(SUITES)
+.DEFAULT_GOAL := all
+.PHONY: all common-objects test bench plots notebook docs docs-check diagrams sanitize profile diff clean distclean $(SUITES)
 
-$(SUITES):
+# make profile STAGE=04 | STAGE=4 | STAGE=04_warp_shuffle: the stage's folder, or a usage line.
+ifneq ($(filter profile,$(MAKECMDGOALS)),)
+  PROFILE_STAGE := $(if $(filter 0 1 2 3 4 5 6 7 8 9,$(STAGE)),0$(STAGE),$(STAGE))
+  PROFILE_DIR := $(patsubst %/,%,$(firstword $(if $(strip $(STAGE)),$(wildcard $(PROFILE_STAGE)_*/) $(wildcard $(PROFILE_STAGE)/))))
+  ifeq ($(filter $(STAGES),$(PROFILE_DIR)),)
+    $(error usage: make profile STAGE=04 (or STAGE=04_warp_shuffle; the stages are $(STAGES)))
+  endif
+endif
+
+ifneq ($(filter diff,$(MAKECMDGOALS)),)
+  DIFF_PROBLEM := $(shell bash common/diff_stages.sh --check "$(A)" "$(B)")
+  $(if $(DIFF_PROBLEM),$(error $(DIFF_PROBLEM)))
+endif
+
+# What each goal needs, checked (Doctest fetched, .deps/venv made) before anything is built:
+# see common/deps.mk.
+DOCTEST_GOALS   := all common-objects test sanitize $(SUITES)
+GPU_GOALS       := bench sanitize profile
+SANITIZER_GOALS := sanitize
+NCU_GOALS       := profile
+NVCC_GOALS      := all common-objects test bench sanitize profile $(SUITES)
+PYTHON_GOALS    := bench plots notebook diagrams
+include common/deps.mk
+
+# The objects the suites share (common/stage.mk) are built first, suite by suite (each of them
+# in parallel), so that no two makes write the same file; then the suites build side by side
+# (make all, or make -j 03_online_softmax 04_warp_shuffle: the suites named).
+COMMON_FOR := $(or $(filter $(SUITES),$(MAKECMDGOALS)),$(SUITES))
+common-objects:
+	@for suite in $(COMMON_FOR); do \
+	  $(MAKE) --no-print-directory -C $$suite -j$(JOBS) common-objects || exit 1; done
+
+all: common-objects
+	@$(MAKE) --no-print-directory -j$(JOBS) $(SUITES) COMMON_OBJECTS_BUILT=1
+
+$(SUITES): $(if $(COMMON_OBJECTS_BUILT),,common-objects)
 	@$(MAKE) --no-print-directory -C $@ all
 
 # Builds everything, runs every suite (GPU cases are skipped by name where no GPU is
@@ -26,29 +61,28 @@ test:
 	done; \
 	bash common/sum_tests.sh $(foreach s,$(SUITES),$(notdir $(s)))
 
-bench: all
-	@bash bench/run_bench.sh $(STAGES)
+# Needs a GPU (checked first). Builds the benchmark binaries, runs them, and writes the CSVs and
+# this run's figures to bench/results/<gpu>/ (docs/img/ is redrawn only by make plots).
+bench:
+	@PYTHON=$(PYTHON_ENV) bash bench/run_bench.sh $(STAGES)
 
-PYTHON_PACKAGES = python3 -c "import matplotlib, numpy, nbformat, nbconvert, ipykernel" 2>/dev/null || \
-  { echo "error: missing Python packages. Install them with: pip install -r bench/requirements.txt" >&2; exit 1; }
-
-# Redraws docs/img/ from the newest bench/results/<gpu>/ (or RESULTS=bench/results/<gpu>); no GPU needed.
+# Redraws the committed figures, docs/img/ (or PLOTS_OUT=folder), from the newest
+# bench/results/<gpu>/ (or RESULTS=bench/results/<gpu>); no GPU needed.
+PLOTS_OUT ?= docs/img
 plots:
-	@$(PYTHON_PACKAGES)
-	@python3 bench/plots.py $(RESULTS) --out docs/img
+	@$(PYTHON_ENV) bench/plots.py $(RESULTS) --out $(PLOTS_OUT)
 
 # Runs the benchmark notebook top to bottom on the committed CSVs, into build/ (the committed
 # notebook keeps the outputs of the committed run; its first cell says how to refresh them).
 notebook:
-	@$(PYTHON_PACKAGES)
 	@mkdir -p build
-	@BENCH_REQUIRE_RESULTS=1 python3 -m jupyter nbconvert --to notebook --execute docs/benchmarks.ipynb \
+	@BENCH_REQUIRE_RESULTS=1 $(PYTHON_ENV) -m jupyter nbconvert --to notebook --execute docs/benchmarks.ipynb \
 	  --output-dir build --output benchmarks.ipynb
 
 # Regenerates what the chapters and the README do not type by hand: results tables
 # (<!-- results:... -->), numbers in prose (<!-- value:... -->) and code excerpts
 # (<!-- code:... -->, from the stages' // excerpt: markers). docs-check fails when one is
-# stale, and when the diagrams were drawn from other kernel constants.
+# stale, and when the diagrams were drawn from other kernel constants. Both need only python3.
 docs:
 	@python3 bench/tables.py $(if $(RESULTS),--results $(RESULTS)/results.csv)
 
@@ -61,21 +95,23 @@ docs-check:
 
 # Redraws the chapters' diagrams (docs/diagrams/*.png) from the kernels' constants.
 diagrams:
-	@$(PYTHON_PACKAGES)
-	@python3 docs/diagrams/draw.py
+	@$(PYTHON_ENV) docs/diagrams/draw.py
 
 sanitize: all
 	@for stage in $(STAGES); do $(MAKE) --no-print-directory -C $$stage sanitize || exit 1; done
 
-# make profile STAGE=04
+# make profile STAGE=04: the report goes to build/<stage folder>/profile.ncu-rep. STAGE is
+# passed on as the folder's name: the stage's own makefile names its build folder after it.
 profile:
-	@test -n "$(STAGE)" || { echo "usage: make profile STAGE=04" >&2; exit 2; }
-	@$(MAKE) --no-print-directory -C $(firstword $(wildcard $(STAGE)_*/) $(wildcard $(STAGE)/)) profile
+	@$(MAKE) --no-print-directory -C $(PROFILE_DIR) profile STAGE=$(PROFILE_DIR)
 
-# make diff A=03 B=04: what one stage adds to the previous one.
+# make diff A=03 B=04 (or A=3 B=4, or folder names): what one stage adds to another.
 diff:
-	@test -n "$(A)" -a -n "$(B)" || { echo "usage: make diff A=03 B=04" >&2; exit 2; }
-	@git --no-pager diff --no-index --color=auto $(wildcard $(A)_*/attention.cu) $(wildcard $(B)_*/attention.cu) || true
+	@bash common/diff_stages.sh "$(A)" "$(B)"
 
+# .deps/ (the fetched Doctest, the Python environment) stays: make distclean removes it too.
 clean:
 	rm -rf build
+
+distclean: clean
+	rm -rf .deps

@@ -6,16 +6,21 @@
 #   3. runs every stage and baseline over the sweeps, then the PyTorch baselines;
 #   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log}, replacing
 #      the previous run's files only once everything succeeded;
-#   5. draws the plots when bench/plots.py exists.
+#   5. draws this run's figures into bench/results/<gpu>/img/ (the committed figures in
+#      docs/img/ change only with `make plots`).
+# Before anything is built it checks for a GPU and sets up the Python environment of the plots
+# (common/python_env.sh: .deps/venv on first use), stopping with one line when either fails.
 #
 # usage: bench/run_bench.sh [STAGE_DIR ...]
 # Environment (defaults in brackets): BENCH_SWEEPS [fp32-headline,bf16-headline,seqlen,extra],
 #   BENCH_COMMIT [git HEAD] the commit to record (where the tree has no .git),
 #   BENCH_TARGET_SECONDS [0.05] timed work per shape, BENCH_MAX_SECONDS_PER_SHAPE [1.5] cap on it,
-#   JOBS [nproc] build parallelism, PYTHON [python3].
-# The defaults keep the whole run within 8 minutes on an H100 with about ten implementations and
-# the PyTorch baselines (some 30 shapes each): calls under a millisecond still get 50 timed
-# repeats; only calls slower than half a second get fewer than 3 (at least 1, after warm-up).
+#   JOBS [nproc] build parallelism, PYTHON [common/python_env.sh's: python3 or .deps/venv].
+# The defaults aim to keep a run under 8 minutes on an H100 (it says so when a run goes over):
+# calls under a millisecond still get 50 timed repeats; only calls slower than half a second get
+# fewer than 3 (at least 1, after warm-up). The committed H100 run, every stage 00-11, both cuBLAS
+# baselines and the PyTorch baselines, took 3m45s with the binaries already built
+# (bench/results/nvidia-h100-80gb-hbm3/bench.log).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -24,8 +29,14 @@ SWEEPS=${BENCH_SWEEPS:-fp32-headline,bf16-headline,seqlen,extra}
 TARGET_SECONDS=${BENCH_TARGET_SECONDS:-0.05}
 MAX_SECONDS_PER_SHAPE=${BENCH_MAX_SECONDS_PER_SHAPE:-1.5}
 JOBS=${JOBS:-$(nproc)}
-PYTHON=${PYTHON:-python3}
 START=$SECONDS
+
+# ---- what the run needs, before anything is built -----------------------------------------
+problem=$(bash common/require.sh gpu "make bench")
+[ -z "$problem" ] || { echo "error: $problem" >&2; exit 2; }
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=$(bash common/python_env.sh) || { echo "error: $PYTHON" >&2; exit 2; }
+fi
 
 elapsed() { printf '%dm%02ds' $(((SECONDS - START) / 60)) $(((SECONDS - START) % 60)); }
 
@@ -61,7 +72,16 @@ done
 say "== building ${#suites[@]} benchmark binaries: ${suites[*]}"
 declare -A binary
 pids=()
-# All suites build at once; together they use about JOBS compiler processes.
+# The objects the suites share first, suite by suite (common/stage.mk), so that no two makes
+# write the same file; then all suites at once, together about JOBS compiler processes.
+for suite in "${suites[@]}"; do
+    if ! make --no-print-directory -C "$suite" -j"$JOBS" common-bench-objects >>"$WORK/build-common.log" 2>&1; then
+        say "error: building the shared objects for $suite failed:"
+        tail -n 40 "$WORK/build-common.log" | tee -a "$LOG" >&2
+        say "no results written"
+        exit 1
+    fi
+done
 jobs_each=$(((JOBS + ${#suites[@]} - 1) / ${#suites[@]}))
 for suite in "${suites[@]}"; do
     binary[$suite]=$(make_variable "$suite" BENCH_BIN)
@@ -132,6 +152,7 @@ say "== done in $(elapsed): $(($(wc -l <"$WORK/results.csv") - 1)) rows, results
 for file in results.csv ceilings.csv system.txt bench.log; do mv -f "$WORK/$file" "$DEST/$file"; done
 
 if [ -f bench/plots.py ]; then
-    echo "== plots"
-    "$PYTHON" bench/plots.py "$DEST" || echo "warning: bench/plots.py failed; the results are in place" >&2
+    echo "== plots of this run: $DEST/img/ (make plots RESULTS=$DEST redraws docs/img/ from it)"
+    "$PYTHON" bench/plots.py "$DEST" --out "$DEST/img" ||
+        echo "warning: bench/plots.py failed; the results are in place" >&2
 fi

@@ -36,12 +36,9 @@
 #include "cuda_check.h"
 #include "element.h"
 #include "harness.h"
+#include "stage_name.h"
 #include "timing.h"
 #include "validate.h"
-
-#ifndef ATTENTION_STAGE_NAME
-#define ATTENTION_STAGE_NAME "stage"
-#endif
 
 #if defined(ATTENTION_HAS_BACKWARD) && !defined(ATTENTION_DTYPE_BF16)
 #error "attention_backward is declared for bf16 only"
@@ -517,7 +514,7 @@ std::string csv_row(const Row& row, const StageCapabilities& caps, const std::st
 
 std::string progress_line(const Row& row, int index, int total, const Options& options) {
     std::ostringstream line;
-    line << "[" << ATTENTION_STAGE_NAME << "] " << index << "/" << total << " "
+    line << "[" << attention_stage_name() << "] " << index << "/" << total << " "
          << pass_name(row.pass) << " " << row.shape.to_string() << ": ";
     if (!row.ok) {
         line << "skipped: " << row.skip_reason;
@@ -550,7 +547,7 @@ std::ofstream open_results_csv(const std::string& path) {
 }
 
 void print_ceilings(const Ceilings& ceilings, const std::string& source, FILE* out = stdout) {
-    std::fprintf(out, "[%s] ceilings (%s):", ATTENTION_STAGE_NAME, source.c_str());
+    std::fprintf(out, "[%s] ceilings (%s):", attention_stage_name(), source.c_str());
     for (const Ceiling& entry : ceilings.entries)
         std::fprintf(out, " %s %.1f %s;", entry.name.c_str(), entry.value, entry.unit.c_str());
     std::fprintf(out, "\n");
@@ -587,9 +584,9 @@ int run(const Options& options) {
     if (options.pass == "bwd" || options.pass == "all" || (options.pass.empty() && has_backward))
         passes.push_back(Pass::backward);
 
-    std::printf("[%s] %s (%s) on %s, %zu shape(s) x %zu pass(es)\n", ATTENTION_STAGE_NAME,
+    std::printf("[%s] %s (%s) on %s, %zu shape(s) x %zu pass(es)\n", attention_stage_name(),
                 caps.name.c_str(), caps.dtype.c_str(), gpu.c_str(), shapes.size(), passes.size());
-    std::printf("[%s] %s\n", ATTENTION_STAGE_NAME, kFlopConvention);
+    std::printf("[%s] %s\n", attention_stage_name(), kFlopConvention);
 
     double gemm_ceiling = 0;
     if (!options.profile) {
@@ -604,10 +601,10 @@ int run(const Options& options) {
         if (ceilings.gpu == gpu) {
             gemm_ceiling = ceilings.gemm_tflops_for(caps.dtype);
             std::printf("[%s] %% of SOL is against the %s GEMM ceiling, %.1f TFLOP/s\n",
-                        ATTENTION_STAGE_NAME, caps.dtype.c_str(), gemm_ceiling);
+                        attention_stage_name(), caps.dtype.c_str(), gemm_ceiling);
         } else {
             std::printf("[%s] the ceilings were measured on %s, not this %s: no %% of SOL\n",
-                        ATTENTION_STAGE_NAME, ceilings.gpu.c_str(), gpu.c_str());
+                        attention_stage_name(), ceilings.gpu.c_str(), gpu.c_str());
         }
     }
 
@@ -649,7 +646,7 @@ int main(int argc, char** argv) {
         return run(options);
     } catch (const std::exception& error) {
         std::fflush(stdout);
-        std::fprintf(stderr, "[%s] error: %s\n", ATTENTION_STAGE_NAME, error.what());
+        std::fprintf(stderr, "[%s] error: %s\n", attention_stage_name(), error.what());
         return 1;
     }
 }

@@ -8,7 +8,8 @@
 #   NVCC_EXTRA  extra nvcc flags of the stage (optional)
 #   SOURCE      the launcher's file (default: attention.cu beside the Makefile)
 #   STAGE       the name in reports (default: the folder's name)
-# Outputs go to build/<STAGE>/ at the repository root: test_<STAGE>, bench_<STAGE>, build.log.
+# Outputs go to build/<STAGE>/ at the repository root: test_<STAGE>, bench_<STAGE>, build.log,
+# obj/attention.o; the objects the suites share go to build/common/<ARCH>/.
 
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 COMMON    := $(ROOT)/common
@@ -29,84 +30,106 @@ else
   STAGE_ARCH_FLAGS := $(ARCH_FLAGS)
 endif
 
-DEFINES := -DATTENTION_STAGE_NAME='"$(STAGE)"'
-ifeq ($(DTYPE),bf16)
-  DEFINES += -DATTENTION_DTYPE_BF16
-endif
-ifeq ($(BACKWARD),1)
-  DEFINES += -DATTENTION_HAS_BACKWARD
-endif
+# The stage's own defines. ATTENTION_STAGE_NAME reaches the shared objects only through the tiny
+# per-suite stage_name.o (common/stage_name.h).
+VARIANT_DEFINES = $(if $(findstring bf16,$(1)),-DATTENTION_DTYPE_BF16) $(if $(findstring backward,$(1)),-DATTENTION_HAS_BACKWARD)
+DTYPE_VARIANT := $(DTYPE)
+FULL_VARIANT  := $(DTYPE)$(if $(filter 1,$(BACKWARD)),-backward)
+DEFINES := -DATTENTION_STAGE_NAME='"$(STAGE)"' $(call VARIANT_DEFINES,$(FULL_VARIANT))
 
-DOCTEST_DIR := $(firstword $(wildcard $(DOCTEST_INCLUDE) /usr/include $(ROOT)/.deps))
-DOCTEST_H   := $(wildcard $(DOCTEST_DIR)/doctest/doctest.h)
+# Checked before anything is built (common/deps.mk): a goal stops at once, in one line, when
+# what it needs is missing; Doctest is fetched into .deps/ when the system has none.
+DOCTEST_GOALS   := all test sanitize common-objects
+GPU_GOALS       := bench sanitize profile
+SANITIZER_GOALS := sanitize
+NCU_GOALS       := profile
+NVCC_GOALS      := all test bench sanitize profile common-objects common-bench-objects
+include $(COMMON)/deps.mk
 
-BASE_FLAGS := -std=c++17 -O3 -lineinfo -I$(COMMON) $(DEFINES) \
+BASE_FLAGS := -std=c++17 -O3 -lineinfo -I$(COMMON) \
               -Xcompiler -Wall,-Wextra -Xcudafe --display_error_number $(NVCC_EXTRA)
-NVCCFLAGS  := $(BASE_FLAGS) $(ARCH_FLAGS)
+NVCCFLAGS  := $(BASE_FLAGS) $(DEFINES) $(ARCH_FLAGS)
 LDLIBS    := -lcublas
 
-COMMON_SOURCES := $(COMMON)/shape.cpp $(COMMON)/validate.cpp $(COMMON)/harness.cpp $(COMMON)/reference.cpp \
-                  $(wildcard $(COMMON)/reference_backward.cpp) $(COMMON)/cuda_check.cpp \
-                  $(COMMON)/workspace.cpp
-TEST_SOURCES   := $(COMMON)/test_main.cpp $(COMMON)/test_host.cpp $(COMMON)/test_forward.cpp \
-                  $(if $(filter 1,$(BACKWARD)),$(COMMON)/test_backward.cpp) \
-                  $(wildcard $(STAGE_DIR)/test_*.cu)
-BENCH_SOURCES  := $(COMMON)/bench.cpp $(COMMON)/ceilings.cu
+# The shared harness, test and benchmark sources are compiled once per variant they depend on,
+# into build/common/<ARCH>/ (element type and backward: <dtype>[-backward]/), and linked by
+# every suite of that variant. The top-level Makefile builds them suite by suite before the
+# suites build side by side, so no two makes ever write the same object. With NVCC_EXTRA the
+# flags are the stage's own, and so are the objects (in its build folder).
+empty :=
+ARCH_TAG     := $(subst $(empty) $(empty),-,$(strip $(ARCH)))
+COMMON_BUILD := $(if $(strip $(NVCC_EXTRA)),$(BUILD)/obj/common,$(ROOT)/build/common/$(ARCH_TAG))
+COMMON_HEADERS := $(wildcard $(COMMON)/*.h)
 
-obj = $(BUILD)/obj/$(basename $(notdir $(1))).o
-COMMON_OBJECTS := $(foreach s,$(COMMON_SOURCES),$(call obj,$(s)))
-TEST_OBJECTS   := $(foreach s,$(TEST_SOURCES),$(call obj,$(s)))
-BENCH_OBJECTS  := $(foreach s,$(BENCH_SOURCES),$(call obj,$(s)))
-STAGE_OBJECT   := $(BUILD)/obj/attention.o
+# Depend on nothing the stage defines (the architecture only).
+HARNESS_OBJECTS := $(addprefix $(COMMON_BUILD)/,shape.o validate.o harness.o reference.o \
+                   $(if $(wildcard $(COMMON)/reference_backward.cpp),reference_backward.o) cuda_check.o workspace.o)
+# Depend on the element type; on the element type and the backward pass.
+TEST_OBJECTS  := $(addprefix $(COMMON_BUILD)/$(DTYPE_VARIANT)/,test_main.o test_forward.o) \
+                 $(addprefix $(COMMON_BUILD)/$(FULL_VARIANT)/,test_host.o $(if $(filter 1,$(BACKWARD)),test_backward.o)) \
+                 $(patsubst $(STAGE_DIR)/%.cu,$(BUILD)/obj/%.o,$(wildcard $(STAGE_DIR)/test_*.cu))
+BENCH_OBJECTS := $(COMMON_BUILD)/$(FULL_VARIANT)/bench.o $(COMMON_BUILD)/ceilings.o
+STAGE_OBJECT  := $(BUILD)/obj/attention.o
+NAME_OBJECT   := $(BUILD)/obj/stage_name.o
 
 TEST_BIN  := $(BUILD)/test_$(STAGE)
 BENCH_BIN := $(BUILD)/bench_$(STAGE)
 
-.PHONY: all test bench sanitize profile clean check-nvcc check-doctest
+.PHONY: all test bench sanitize profile clean check-nvcc common-objects common-bench-objects
 .DEFAULT_GOAL := all
 
 all: $(TEST_BIN) $(BENCH_BIN)
 
+# What the suite shares with the other suites of its variant (built first by the top level).
+common-objects: $(HARNESS_OBJECTS) $(TEST_OBJECTS) $(BENCH_OBJECTS)
+common-bench-objects: $(HARNESS_OBJECTS) $(BENCH_OBJECTS)
+
 check-nvcc:
 	@command -v $(NVCC) >/dev/null || { echo "error: nvcc not found. Install the CUDA Toolkit (https://developer.nvidia.com/cuda-downloads) and put its bin/ on PATH." >&2; exit 1; }
-
-check-doctest:
-	@test -n "$(DOCTEST_H)" || { echo "error: Doctest not found. Install it with: sudo apt-get install doctest-dev   (or set DOCTEST_INCLUDE=/path/with/doctest/)" >&2; exit 1; }
 
 # The stage's kernels: keep the -Xptxas -v register/spill report in build.log.
 $(STAGE_OBJECT): $(SOURCE) $(wildcard $(COMMON)/*.h $(COMMON)/*.cuh) | check-nvcc
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(notdir $<) -> $@ (ptxas report in $(BUILD)/build.log)"
-	@$(NVCC) $(BASE_FLAGS) $(STAGE_ARCH_FLAGS) -Xptxas -v -c $< -o $@ > $(BUILD)/build.log 2>&1; status=$$?; \
+	@$(NVCC) $(BASE_FLAGS) $(DEFINES) $(STAGE_ARCH_FLAGS) -Xptxas -v -c $< -o $@ > $(BUILD)/build.log 2>&1; status=$$?; \
 	  grep -E "error|warning|Performance Loss" $(BUILD)/build.log | grep -v "^ptxas info *: Used\|^ptxas info *: Compil\|^ptxas info *: Function" >&2; \
 	  if [ $$status -ne 0 ]; then cat $(BUILD)/build.log >&2; exit $$status; fi; \
 	  if [ "$(HOPPER)" = 1 ] && grep -qE "warning|Performance Loss" $(BUILD)/build.log; then rm -f $@; \
 	    echo "error: $(STAGE): a warning in the Hopper build (see above; a serialized wgmma or an ignored setmaxnreg makes the kernel slow)" >&2; exit 1; fi
 
-$(BUILD)/obj/test_%.o: $(STAGE_DIR)/test_%.cu $(wildcard $(COMMON)/*.h) | check-nvcc check-doctest
+# Host code only: the suite's name for the shared objects.
+$(NAME_OBJECT): $(COMMON)/stage_name.cpp $(COMMON)/stage_name.h | check-nvcc
+	@mkdir -p $(dir $@)
+	@$(NVCC) -std=c++17 -I$(COMMON) -DATTENTION_STAGE_NAME='"$(STAGE)"' -c $< -o $@
+
+$(BUILD)/obj/test_%.o: $(STAGE_DIR)/test_%.cu $(COMMON_HEADERS) | check-nvcc
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(notdir $<)"
 	@$(NVCC) $(NVCCFLAGS) -I$(DOCTEST_DIR) -c $< -o $@
 
-$(BUILD)/obj/test_%.o: $(COMMON)/test_%.cpp $(wildcard $(COMMON)/*.h) | check-nvcc check-doctest
+$(COMMON_BUILD)/%.o: $(COMMON)/%.cpp $(COMMON_HEADERS) | check-nvcc
 	@mkdir -p $(dir $@)
-	@echo "nvcc $(notdir $<)"
-	@$(NVCC) $(NVCCFLAGS) -I$(DOCTEST_DIR) -x cu -c $< -o $@
+	@echo "nvcc $(notdir $<) -> $(subst $(ROOT)/,,$@)"
+	@$(NVCC) $(BASE_FLAGS) $(ARCH_FLAGS) -x cu -c $< -o $@
 
-$(BUILD)/obj/%.o: $(COMMON)/%.cpp $(wildcard $(COMMON)/*.h) | check-nvcc
+$(COMMON_BUILD)/%.o: $(COMMON)/%.cu $(COMMON_HEADERS) $(wildcard $(COMMON)/*.cuh) | check-nvcc
 	@mkdir -p $(dir $@)
-	@echo "nvcc $(notdir $<)"
-	@$(NVCC) $(NVCCFLAGS) -x cu -c $< -o $@
+	@echo "nvcc $(notdir $<) -> $(subst $(ROOT)/,,$@)"
+	@$(NVCC) $(BASE_FLAGS) $(ARCH_FLAGS) -c $< -o $@
 
-$(BUILD)/obj/%.o: $(COMMON)/%.cu $(wildcard $(COMMON)/*.h) | check-nvcc
-	@mkdir -p $(dir $@)
-	@echo "nvcc $(notdir $<)"
-	@$(NVCC) $(NVCCFLAGS) -c $< -o $@
+# One rule per variant folder: the same sources, with the variant's defines.
+define VARIANT_RULE
+$(COMMON_BUILD)/$(1)/%.o: $(COMMON)/%.cpp $(COMMON_HEADERS) | check-nvcc
+	@mkdir -p $$(dir $$@)
+	@echo "nvcc $$(notdir $$<) -> $$(subst $(ROOT)/,,$$@)"
+	@$(NVCC) $(BASE_FLAGS) $(call VARIANT_DEFINES,$(1)) $(ARCH_FLAGS) -I$(DOCTEST_DIR) -x cu -c $$< -o $$@
+endef
+$(foreach variant,$(sort $(DTYPE_VARIANT) $(FULL_VARIANT)),$(eval $(call VARIANT_RULE,$(variant))))
 
-$(TEST_BIN): $(TEST_OBJECTS) $(STAGE_OBJECT) $(COMMON_OBJECTS)
+$(TEST_BIN): $(TEST_OBJECTS) $(STAGE_OBJECT) $(NAME_OBJECT) $(HARNESS_OBJECTS)
 	@$(NVCC) $(NVCCFLAGS) $^ -o $@ $(LDLIBS)
 
-$(BENCH_BIN): $(BENCH_OBJECTS) $(STAGE_OBJECT) $(COMMON_OBJECTS)
+$(BENCH_BIN): $(BENCH_OBJECTS) $(STAGE_OBJECT) $(NAME_OBJECT) $(HARNESS_OBJECTS)
 	@$(NVCC) $(NVCCFLAGS) $^ -o $@ $(LDLIBS)
 
 # Runs the suite; its listener writes the one-line summary that the top-level `make test` sums.
@@ -132,7 +155,7 @@ sanitize: $(TEST_BIN)
 	  case $$tool in memcheck) cases='$(SANITIZE_CASES_memcheck)';; racecheck) cases='$(SANITIZE_CASES_racecheck)';; \
 	    synccheck) cases='$(SANITIZE_CASES_synccheck)';; *) cases='$(SANITIZE_CASES_initcheck)';; esac; \
 	  echo "== compute-sanitizer --tool $$tool $$extra: $(STAGE) ($$cases)"; \
-	  compute-sanitizer --tool $$tool $$extra --error-exitcode 1 \
+	  $(COMPUTE_SANITIZER) --tool $$tool $$extra --error-exitcode 1 \
 	    $(TEST_BIN) --test-case="$$cases" || exit 1; \
 	done
 
@@ -141,7 +164,7 @@ sanitize: $(TEST_BIN)
 NCU_ARGS  ?= --set full --clock-control none --import-source yes
 NCU_COUNT ?= 4
 profile: $(BENCH_BIN)
-	ncu $(NCU_ARGS) $(if $(KERNEL),-k regex:$(KERNEL)) -c $(NCU_COUNT) -f -o $(BUILD)/profile \
+	$(NCU) $(NCU_ARGS) $(if $(KERNEL),-k regex:$(KERNEL)) -c $(NCU_COUNT) -f -o $(BUILD)/profile \
 	  $(BENCH_BIN) $(if $(BENCH_ARGS),$(BENCH_ARGS),--sweep $(SWEEP)) --profile
 
 clean:

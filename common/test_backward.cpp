@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "reference.h"
+#include "stage_name.h"
 #include "test_support.h"
 #include "validate.h"
 
@@ -132,7 +133,7 @@ void check_gradient(const char* name, std::vector<Element> raw, size_t count,
 
 void check_backward(const AttentionShape& shape) {
     const uint64_t seed = fresh_seed();
-    INFO(ATTENTION_STAGE_NAME, " backward ", shape.to_string(), " seed=", seed);
+    INFO(attention_stage_name(), " backward ", shape.to_string(), " seed=", seed);
     const std::vector<float> q = stage_inputs(size_t(shape.q_elements()), seed);
     const std::vector<float> k = stage_inputs(size_t(shape.kv_elements()), seed + 1);
     const std::vector<float> v = stage_inputs(size_t(shape.kv_elements()), seed + 2);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "reference.h"
+#include "stage_name.h"
 #include "test_support.h"
 #include "validate.h"
 
@@ -14,7 +15,7 @@ namespace {
 
 void check_forward(const AttentionShape& shape, bool with_lse = true) {
     const uint64_t seed = fresh_seed();
-    INFO(ATTENTION_STAGE_NAME, " ", shape.to_string(), " lse=", with_lse, " seed=", seed);
+    INFO(attention_stage_name(), " ", shape.to_string(), " lse=", with_lse, " seed=", seed);
     const std::vector<float> q = stage_inputs(size_t(shape.q_elements()), seed);
     const std::vector<float> k = stage_inputs(size_t(shape.kv_elements()), seed + 1);
     const std::vector<float> v = stage_inputs(size_t(shape.kv_elements()), seed + 2);

@@ -9,6 +9,7 @@
 
 #include "online_softmax.h"
 #include "reference.h"
+#include "stage_name.h"
 #include "test_support.h"
 #include "validate.h"
 #include "workspace.h"
@@ -173,7 +174,7 @@ TEST_CASE("error metrics: relative L2, max abs and the non-finite count") {
 
 TEST_CASE("capabilities: the stage publishes a consistent record") {
     const StageCapabilities& caps = stage_capabilities();
-    CHECK(caps.name == ATTENTION_STAGE_NAME);
+    CHECK(caps.name == attention_stage_name());
     CHECK(caps.dtype == kElementName);
     CHECK(caps.max_len_q >= 1);
     CHECK(caps.max_len_kv >= 1);

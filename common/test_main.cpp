@@ -12,6 +12,7 @@
 #include "attention.h"
 #include "element.h"
 #include "harness.h"
+#include "stage_name.h"
 
 namespace {
 
@@ -31,10 +32,10 @@ public:
         const int passed = int(stats.numTestCasesPassingFilters) - failed;
         const std::string line = std::to_string(passed) + " passed, " + std::to_string(failed) +
                                  " failed, " + std::to_string(skipped_.size()) + " skipped";
-        out_ << "suite " << ATTENTION_STAGE_NAME << ": " << line << "\n";
+        out_ << "suite " << attention_stage_name() << ": " << line << "\n";
         if (const char* path = std::getenv("TEST_SUMMARY_FILE")) {
             std::ofstream file(path);
-            file << ATTENTION_STAGE_NAME << ": " << line << "\n";
+            file << attention_stage_name() << ": " << line << "\n";
         }
     }
 
@@ -59,7 +60,7 @@ REGISTER_LISTENER("summary", 1, SummaryListener);
 }  // namespace
 
 int main(int argc, char** argv) {
-    std::printf("== %s (%s): ", ATTENTION_STAGE_NAME, kElementName);
+    std::printf("== %s (%s): ", attention_stage_name(), kElementName);
     const std::string unusable = gpu_unusable_reason(stage_capabilities());
     if (unusable.empty()) {
         cudaDeviceProp properties{};

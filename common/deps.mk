@@ -1,0 +1,52 @@
+# What a make command needs, checked (and where possible set up) before anything is built.
+# Included by the top-level Makefile and by common/stage.mk once ROOT is set; the includer lists
+# its goals that need each thing:
+#   DOCTEST_GOALS  Doctest's header: from DOCTEST_INCLUDE, else the system's, else fetched into
+#                  .deps/doctest/include by common/fetch_doctest.sh (DOCTEST_URL, DOCTEST_APT)
+#   GPU_GOALS      an NVIDIA GPU (common/require.sh gpu)
+#   NCU_GOALS, SANITIZER_GOALS   ncu, compute-sanitizer
+#   NVCC_GOALS     nvcc (the CUDA Toolkit)
+#   PYTHON_GOALS   a Python with bench/requirements.txt: PYTHON_ENV (common/python_env.sh makes
+#                  .deps/venv on first use)
+# A goal whose need cannot be met stops make at once with one line: what is missing, what to do.
+
+DEPS_DIR               ?= $(ROOT)/.deps
+DOCTEST_SYSTEM_INCLUDE ?= /usr/include
+DOCTEST_DEPS_INCLUDE   := $(DEPS_DIR)/doctest/include
+DOCTEST_DIR := $(or $(DOCTEST_INCLUDE),$(if $(wildcard $(DOCTEST_SYSTEM_INCLUDE)/doctest/doctest.h),$(DOCTEST_SYSTEM_INCLUDE),$(DOCTEST_DEPS_INCLUDE)))
+NCU               ?= ncu
+COMPUTE_SANITIZER ?= compute-sanitizer
+NVIDIA_SMI        ?= nvidia-smi
+NVCC              ?= nvcc
+
+DEPS_GOALS := $(or $(MAKECMDGOALS),all)
+deps_wanted = $(filter $(1),$(DEPS_GOALS))
+deps_goal   = make $(firstword $(call deps_wanted,$(1)))
+# A variable set on make's command line reaches $(shell) only when passed on by hand.
+deps_env    = NVIDIA_SMI='$(NVIDIA_SMI)' DEPS_DIR='$(DEPS_DIR)' PYTHON='$(PYTHON)' \
+              DOCTEST_URL='$(DOCTEST_URL)' DOCTEST_SHA256='$(DOCTEST_SHA256)' DOCTEST_APT='$(DOCTEST_APT)'
+
+ifneq ($(call deps_wanted,$(GPU_GOALS)),)
+  deps_problem := $(shell $(deps_env) bash $(ROOT)/common/require.sh gpu "$(call deps_goal,$(GPU_GOALS))")
+  $(if $(deps_problem),$(error $(deps_problem)))
+endif
+ifneq ($(call deps_wanted,$(SANITIZER_GOALS)),)
+  deps_problem := $(shell bash $(ROOT)/common/require.sh tool "$(call deps_goal,$(SANITIZER_GOALS))" '$(COMPUTE_SANITIZER)')
+  $(if $(deps_problem),$(error $(deps_problem)))
+endif
+ifneq ($(call deps_wanted,$(NCU_GOALS)),)
+  deps_problem := $(shell bash $(ROOT)/common/require.sh tool "$(call deps_goal,$(NCU_GOALS))" '$(NCU)')
+  $(if $(deps_problem),$(error $(deps_problem)))
+endif
+ifneq ($(call deps_wanted,$(NVCC_GOALS)),)
+  deps_problem := $(shell bash $(ROOT)/common/require.sh tool "$(call deps_goal,$(NVCC_GOALS))" '$(NVCC)')
+  $(if $(deps_problem),$(error $(deps_problem)))
+endif
+ifneq ($(call deps_wanted,$(DOCTEST_GOALS)),)
+  deps_problem := $(shell $(deps_env) bash $(ROOT)/common/fetch_doctest.sh '$(DOCTEST_DIR)' '$(DOCTEST_DEPS_INCLUDE)')
+  $(if $(filter-out 0,$(.SHELLSTATUS)),$(error $(deps_problem)))
+endif
+ifneq ($(call deps_wanted,$(PYTHON_GOALS)),)
+  PYTHON_ENV := $(shell $(deps_env) bash $(ROOT)/common/python_env.sh)
+  $(if $(filter-out 0,$(.SHELLSTATUS)),$(error $(PYTHON_ENV)))
+endif
