@@ -6,8 +6,8 @@
 #   GPU_GOALS      an NVIDIA GPU (common/require.sh gpu)
 #   NCU_GOALS, SANITIZER_GOALS   ncu, compute-sanitizer
 #   NVCC_GOALS     nvcc (the CUDA Toolkit)
-#   PYTHON_GOALS   a Python with bench/requirements.txt: PYTHON_ENV (common/python_env.sh makes
-#                  .deps/venv on first use)
+#   PYTHON_GOALS   a Python with bench/requirements.txt (for the notebook; the figures need only
+#                  matplotlib and numpy): PYTHON_ENV (common/python_env.sh makes .deps/venv on first use)
 # A goal whose need cannot be met stops make at once with one line: what is missing, what to do.
 
 DEPS_DIR               ?= $(ROOT)/.deps
@@ -47,6 +47,6 @@ ifneq ($(call deps_wanted,$(DOCTEST_GOALS)),)
   $(if $(filter-out 0,$(.SHELLSTATUS)),$(error $(deps_problem)))
 endif
 ifneq ($(call deps_wanted,$(PYTHON_GOALS)),)
-  PYTHON_ENV := $(shell $(deps_env) bash $(ROOT)/common/python_env.sh)
+  PYTHON_ENV := $(shell $(deps_env) bash $(ROOT)/common/python_env.sh $(if $(call deps_wanted,notebook),all,plots))
   $(if $(filter-out 0,$(.SHELLSTATUS)),$(error $(PYTHON_ENV)))
 endif

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prints the Python interpreter that has the packages of bench/requirements.txt (the plots, the
 # notebook), setting one up on first use. Run by make plots | notebook | diagrams | bench.
+# usage: python_env.sh [plots|all]   (default all)
 #   - PYTHON=/path/to/python: used as it is (nothing is installed);
 #   - else python3, when it already imports every package;
 #   - else the virtual environment .deps/venv (DEPS_DIR/venv), made once with
@@ -13,8 +14,13 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 deps=${DEPS_DIR:-$root/.deps}
 requirements=$root/bench/requirements.txt
-# The import names of bench/requirements.txt.
-CHECK="import matplotlib, numpy, nbformat, nbconvert, ipykernel"
+# The import names of bench/requirements.txt; with the argument `plots` (make bench, plots,
+# diagrams) only those the figures need, so that a python3 with matplotlib and numpy will do.
+if [ "${1:-all}" = plots ]; then
+    CHECK="import matplotlib, numpy"
+else
+    CHECK="import matplotlib, numpy, nbformat, nbconvert, ipykernel"
+fi
 
 if [ -n "${PYTHON:-}" ]; then
     command -v "$PYTHON" >/dev/null || { echo "PYTHON=$PYTHON is not an interpreter on PATH"; exit 1; }
