@@ -593,8 +593,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and D have landed
     __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
     extern __shared__ unsigned char dynamic_shared[];
-    unsigned char* base = reinterpret_cast<unsigned char*>(
-        (reinterpret_cast<uintptr_t>(dynamic_shared) + 1023) & ~uintptr_t(1023));
+    // excerpt: shared-base
+    // The tiles start on a 1024-byte boundary (the swizzle atom). Rounding up by pointer
+    // arithmetic on the shared array, not through an integer, lets the compiler see that every
+    // pointer below is into shared memory: LDS and STS, not generic loads and stores.
+    unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
+    // end excerpt
     bf16* k_tile = reinterpret_cast<bf16*>(base + Config::K_OFFSET);    // [SLABS][BLOCK_KV][64]
     bf16* v_tile = reinterpret_cast<bf16*>(base + Config::V_OFFSET);    // [SLABS][BLOCK_KV][64]
     bf16* q_tiles_smem = reinterpret_cast<bf16*>(base + Config::Q_OFFSET);    // [STAGES][SLABS][64][64]
