@@ -20,7 +20,6 @@
 
 namespace {
 
-
 using bf16 = __nv_bfloat16;
 
 // One kernel configuration. Each warp owns ROW_TILES mma tiles of 16 query rows: two tiles
