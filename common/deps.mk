@@ -30,18 +30,16 @@ ifneq ($(call deps_wanted,$(GPU_GOALS)),)
   deps_problem := $(shell $(deps_env) bash $(ROOT)/common/require.sh gpu "$(call deps_goal,$(GPU_GOALS))")
   $(if $(deps_problem),$(error $(deps_problem)))
 endif
-ifneq ($(call deps_wanted,$(SANITIZER_GOALS)),)
-  deps_problem := $(shell bash $(ROOT)/common/require.sh tool "$(call deps_goal,$(SANITIZER_GOALS))" '$(COMPUTE_SANITIZER)')
-  $(if $(deps_problem),$(error $(deps_problem)))
+# deps_require_tool GOALS_VARIABLE,TOOL: stop with require.sh's line when a goal needs TOOL.
+define deps_require_tool
+ifneq ($$(call deps_wanted,$$($(1))),)
+  deps_problem := $$(shell bash $$(ROOT)/common/require.sh tool "$$(call deps_goal,$$($(1)))" '$(2)')
+  $$(if $$(deps_problem),$$(error $$(deps_problem)))
 endif
-ifneq ($(call deps_wanted,$(NCU_GOALS)),)
-  deps_problem := $(shell bash $(ROOT)/common/require.sh tool "$(call deps_goal,$(NCU_GOALS))" '$(NCU)')
-  $(if $(deps_problem),$(error $(deps_problem)))
-endif
-ifneq ($(call deps_wanted,$(NVCC_GOALS)),)
-  deps_problem := $(shell bash $(ROOT)/common/require.sh tool "$(call deps_goal,$(NVCC_GOALS))" '$(NVCC)')
-  $(if $(deps_problem),$(error $(deps_problem)))
-endif
+endef
+$(eval $(call deps_require_tool,SANITIZER_GOALS,$(COMPUTE_SANITIZER)))
+$(eval $(call deps_require_tool,NCU_GOALS,$(NCU)))
+$(eval $(call deps_require_tool,NVCC_GOALS,$(NVCC)))
 ifneq ($(call deps_wanted,$(DOCTEST_GOALS)),)
   deps_problem := $(shell $(deps_env) bash $(ROOT)/common/fetch_doctest.sh '$(DOCTEST_DIR)' '$(DOCTEST_DEPS_INCLUDE)')
   $(if $(filter-out 0,$(.SHELLSTATUS)),$(error $(deps_problem)))
