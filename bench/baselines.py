@@ -289,7 +289,7 @@ class Runner:
             warmup_calls += 1
             # The first call pays one-time costs (cuDNN builds its plan, kernels load): it
             # neither counts towards the warm-up time nor ends the warm-up by being slow, and
-            # the repeat count below comes from a later call.
+            # the repeat count below comes from a later call (as in common/timing.h).
             if warmup_calls == 1:
                 continue
             warmup_ms += last_ms
