@@ -26,8 +26,12 @@ With --ceilings-file (a ceilings.csv written by `bench_<stage> --ceilings`, as `
 passes it), the file also gets PyTorch's own GEMM rate beside cuBLAS's: bf16_torch_matmul and
 fp32_torch_matmul (TF32 off), torch.matmul on the shapes common/ceilings.cu uses
 (bench/schema.py's GEMM_SHAPES), each the fastest of a few timed rounds after a warm-up, best
-shape kept; rows of an earlier measurement are replaced. --no-matmul-ceilings leaves the file alone.
-They are a check on the cuBLAS ceiling, not what % of SOL is taken against.
+shape kept; rows of an earlier measurement are replaced. --no-matmul-ceilings leaves the file alone;
+--matmul-ceilings-only measures them and nothing else. `make bench` runs that right after the
+cuBLAS ceilings, so that the two rates are taken a few seconds apart with the GPU in the same
+state (taken at the two ends of a five-minute run they differed by 3-4%, the same drift two
+back-to-back passes of one torch.matmul show on an H100). They are a check on the cuBLAS
+ceiling, not what % of SOL is taken against.
 
 Without an importable PyTorch with CUDA, prints why and exits 0 having written nothing.
 """
@@ -134,12 +138,18 @@ def parse_arguments():
                         "torch.matmul ceilings unless --no-matmul-ceilings")
     parser.add_argument("--no-matmul-ceilings", action="store_true",
                         help="do not measure torch.matmul into --ceilings-file")
+    parser.add_argument("--matmul-ceilings-only", action="store_true",
+                        help="measure torch.matmul into --ceilings-file, then exit")
     parser.add_argument("--sweeps-file", default=os.path.join(REPO_ROOT, "bench", "sweeps.txt"))
     parser.add_argument("--commit")
     parser.add_argument("--target-seconds", type=float, default=DEFAULT_TARGET_SECONDS)
     parser.add_argument("--max-seconds-per-shape", type=float, default=0.0,
                         help="cap on timed work per shape (0: none)")
-    return parser.parse_args()
+    arguments = parser.parse_args()
+    if arguments.matmul_ceilings_only and (not arguments.ceilings_file
+                                           or arguments.no_matmul_ceilings):
+        parser.error("--matmul-ceilings-only needs --ceilings-file (and no --no-matmul-ceilings)")
+    return arguments
 
 
 def collect_shapes(arguments):
@@ -466,7 +476,7 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
 
-    shapes = collect_shapes(arguments)
+    shapes = [] if arguments.matmul_ceilings_only else collect_shapes(arguments)
     passes = ["fwd", "bwd"] if arguments.pass_name == "all" else [arguments.pass_name]
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
     dtype_names = [name for name in arguments.dtypes.split(",") if name]
@@ -489,6 +499,8 @@ def main():
             ceilings = {}
         elif not arguments.no_matmul_ceilings:
             record_matmul_ceilings(torch, arguments.ceilings_file, runner.gpu)
+    if arguments.matmul_ceilings_only:
+        return 0
     print(f"[torch] torch {torch.__version__} on {runner.gpu}: {len(backends)} backend(s) x "
           f"{len(dtype_names)} dtype(s) x {len(shapes)} shape(s) x {len(passes)} pass(es)")
     print(f"[torch] {FLOP_CONVENTION}")

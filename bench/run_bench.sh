@@ -2,7 +2,8 @@
 # The whole benchmark, as `make bench` runs it:
 #   1. builds the benchmark binary of every stage (arguments, or STAGES of the top-level Makefile)
 #      and of the two cuBLAS eager baselines;
-#   2. measures the ceilings once (cuBLAS BF16 and FP32 GEMM, device-to-device copy);
+#   2. measures the ceilings once (cuBLAS BF16 and FP32 GEMM, device-to-device copy), and
+#      PyTorch's matmul beside them as a check;
 #   3. runs every stage and baseline over the sweeps, then the PyTorch baselines;
 #   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log}, replacing
 #      the previous run's files only once everything succeeded;
@@ -105,6 +106,11 @@ COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 [ -n "${BENCH_COMMIT:-}" ] || git diff-index --quiet HEAD -- 2>/dev/null || COMMIT="$COMMIT+uncommitted"
 say "== measuring the ceilings"
 "${binary[${suites[-1]}]}" --ceilings --ceilings-file "$WORK/ceilings.csv" | tee -a "$LOG"
+# PyTorch's matmul right after cuBLAS's GEMM, so that the check on the ceiling sees the GPU in the
+# same state (bench/baselines.py's docstring says why).
+if command -v "$PYTHON" >/dev/null; then
+    "$PYTHON" bench/baselines.py --ceilings-file "$WORK/ceilings.csv" --matmul-ceilings-only 2>&1 | tee -a "$LOG"
+fi
 GPU=$(awk -F, 'NR == 2 { print $1 }' "$WORK/ceilings.csv" | tr -d '"')
 SLUG=$(echo "$GPU" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
 [ -n "$SLUG" ] || { say "error: no GPU name in the ceilings"; exit 1; }
@@ -122,7 +128,7 @@ done
 
 say "== [$((count + 1))/$((count + 1))] PyTorch baselines ($(elapsed) so far)"
 if command -v "$PYTHON" >/dev/null; then
-    "$PYTHON" bench/baselines.py "${common_args[@]}" 2>&1 | tee -a "$LOG"
+    "$PYTHON" bench/baselines.py "${common_args[@]}" --no-matmul-ceilings 2>&1 | tee -a "$LOG"
 else
     say "$PYTHON not found: no PyTorch baseline rows"
 fi
