@@ -449,15 +449,19 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 // a contribution from every block whose keys it sees, so it is added up in device memory.
 
 // One configuration. Two consumer warpgroups own 64 keys each (wgmma's M); a query tile is
-// BLOCK_Q = 64 rows. Shared memory: K and V of the block, STAGES of Q, dO, LSE and D, one
-// dS^T tile per consumer and one FP32 dQ staging tile per consumer.
+// BLOCK_Q rows, the N of S^T and dP^T. Shared memory: K and V of the block, STAGES of Q, dO,
+// LSE and D, the dS^T tile and one FP32 dQ staging tile per consumer.
 template <int HEAD_DIM_>
 struct BackwardTiling {
     static constexpr int HEAD_DIM = HEAD_DIM_;
     static constexpr int CONSUMERS = 2;
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     static constexpr int BLOCK_KV = 64 * CONSUMERS;  // Bc
-    static constexpr int BLOCK_Q = 64;               // Br
+    // Br: 128 queries at D = 64, where the registers hold two 64 x 128 score tiles (S^T, dP^T
+    // with N = 128 keep the tensor cores fed from shared memory, and a block meets, waits and
+    // reduces half as often per query); 64 at D = 128, where dK and dV take 128 of them.
+    static constexpr int BLOCK_Q = HEAD_DIM == 64 ? 128 : 64;
+    static constexpr int Q_SLABS = BLOCK_Q / 64;     // of dS^T's queries; dQ's M-tiles
     static constexpr int STAGES = 2;
     static constexpr int SLABS = HEAD_DIM / 64;
     static constexpr int PRODUCER_REGISTERS = 24;
@@ -472,6 +476,9 @@ struct BackwardTiling {
     static constexpr bool SPLIT_COLUMNS = HEAD_DIM == 128;
     static constexpr int DQ_COLUMNS = SPLIT_COLUMNS ? HEAD_DIM / CONSUMERS : HEAD_DIM;
     static constexpr uint32_t DS_BYTES = BLOCK_KV * BLOCK_Q * sizeof(bf16);     // both halves of dS^T
+    // Split columns: each consumer reads the other's half of dS^T, so it is double-buffered;
+    // otherwise a consumer reads only the rows it wrote, after its own wait.
+    static constexpr int DS_BUFFERS = SPLIT_COLUMNS ? 2 : 1;
     static constexpr uint32_t DQ_BYTES = BLOCK_Q * DQ_COLUMNS * sizeof(float);  // one consumer's dQ
     // Offsets from the 1024-byte aligned base.
     static constexpr size_t K_OFFSET = 0;
@@ -479,7 +486,7 @@ struct BackwardTiling {
     static constexpr size_t Q_OFFSET = V_OFFSET + KV_BYTES;
     static constexpr size_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
     static constexpr size_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
-    static constexpr size_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    static constexpr size_t DQ_OFFSET = DS_OFFSET + DS_BUFFERS * DS_BYTES;
     // rowsum(dS) for the centred dQ is the GEMM dS 1 over each consumer's 64 keys: B is a tile
     // of ones, [8 columns][64 keys] as a K-major B (every value is 1: the swizzle cannot matter).
     static constexpr size_t ONES_OFFSET = DQ_OFFSET + CONSUMERS * DQ_BYTES;
@@ -491,9 +498,10 @@ struct BackwardTiling {
     static constexpr size_t PARTIALS_OFFSET = D_OFFSET + STAGES * ROW_BYTES;
     static constexpr size_t SHARED_BYTES = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES + 1024;
 };
-static_assert(BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
+static_assert(BackwardTiling<64>::SHARED_BYTES <= 227 * 1024 && BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
+static_assert(!BackwardTiling<128>::SPLIT_COLUMNS || BackwardTiling<128>::BLOCK_Q == 64);
 
-// Per query row, into arrays padded to whole 64-row tiles per head (so that every tile the
+// Per query row, into arrays padded to whole query tiles (BLOCK_Q rows) per head (so that every tile the
 // producer copies starts on a 16-byte boundary and never reaches into the next head):
 // D = rowsum(dO * O) and LSE log2 e. Padding rows get 0. One warp per row.
 constexpr int PREPROCESS_THREADS = 256;
@@ -531,19 +539,20 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
     }
 }
 
-// The dQ accumulator holds, per (head, query tile), the 64 x HEAD_DIM block as 64-column
+// The dQ accumulator holds, per (head, 64 query rows), the 64 x HEAD_DIM block as 64-column
 // parts in the order the consumers' wgmma accumulators come out: in part g, float4 number
 // (warp * 8 + i) * 32 + lane holds registers 4i .. 4i + 3 of that lane, i.e. rows
 // 16 warp + lane / 4 and 8 more, columns 64 g + 8i + 2 (lane % 4) and one more. Each thread then stages its dQ with 16-byte stores that no
 // two lanes of a warp aim at the same bank, and the block is one contiguous range for the
 // bulk reduce-add. This kernel puts the rows back in order, scales and rounds them, and
-// subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below).
+// subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below). Here a tile
+// is 64 rows: row_tiles of them per head.
 template <int HEAD_DIM>
 __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumulator,
                                            const float* __restrict__ ds_rowsum,
                                            const float* __restrict__ key_sum,
                                            bf16* __restrict__ dQ, int64_t float4s, int len_q,
-                                           int q_tiles, float inverse_len_kv, float scale) {
+                                           int row_tiles, float inverse_len_kv, float scale) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
     for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
          f += int64_t(gridDim.x) * blockDim.x) {
@@ -553,13 +562,13 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
         const int warp = rest / 256;
         const int i = rest / 32 % 8;
         const int lane = rest % 32;
-        const int64_t head = tile / q_tiles;
-        const int row = int(tile % q_tiles) * 64 + warp * 16 + lane / 4;
+        const int64_t head = tile / row_tiles;
+        const int row = int(tile % row_tiles) * 64 + warp * 16 + lane / 4;
         const int column = part * 64 + i * 8 + 2 * (lane % 4);
         const float4 value = reinterpret_cast<const float4*>(dq_accumulator)[f];
         const float mean0 = key_sum[head * HEAD_DIM + column] * inverse_len_kv;
         const float mean1 = key_sum[head * HEAD_DIM + column + 1] * inverse_len_kv;
-        const float* rowsum = ds_rowsum + head * q_tiles * 64;
+        const float* rowsum = ds_rowsum + head * row_tiles * 64;
         if (row < len_q)
             *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row) * HEAD_DIM + column) =
                 __floats2bfloat162_rn((value.x - rowsum[row] * mean0) * scale,
@@ -601,10 +610,10 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // end excerpt
     bf16* k_tile = reinterpret_cast<bf16*>(base + Config::K_OFFSET);    // [SLABS][BLOCK_KV][64]
     bf16* v_tile = reinterpret_cast<bf16*>(base + Config::V_OFFSET);    // [SLABS][BLOCK_KV][64]
-    bf16* q_tiles_smem = reinterpret_cast<bf16*>(base + Config::Q_OFFSET);    // [STAGES][SLABS][64][64]
-    bf16* do_tiles = reinterpret_cast<bf16*>(base + Config::DO_OFFSET);       // [STAGES][SLABS][64][64]
-    float* lse_rows = reinterpret_cast<float*>(base + Config::LSE_OFFSET);    // [STAGES][64]
-    float* d_rows = reinterpret_cast<float*>(base + Config::D_OFFSET);        // [STAGES][64]
+    bf16* q_tiles_smem = reinterpret_cast<bf16*>(base + Config::Q_OFFSET);    // [STAGES][SLABS][BLOCK_Q][64]
+    bf16* do_tiles = reinterpret_cast<bf16*>(base + Config::DO_OFFSET);       // [STAGES][SLABS][BLOCK_Q][64]
+    float* lse_rows = reinterpret_cast<float*>(base + Config::LSE_OFFSET);    // [STAGES][BLOCK_Q]
+    float* d_rows = reinterpret_cast<float*>(base + Config::D_OFFSET);        // [STAGES][BLOCK_Q]
 
     const int head = int(blockIdx.x) / kv_tiles;
     const int kv_start = (int(blockIdx.x) % kv_tiles) * BLOCK_KV;
@@ -662,7 +671,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 
     // This consumer's 64 keys: rows 64 warpgroup .. + 63 of the K and V tiles.
     const int key_row = warpgroup * 64;
-    bf16* ds_tiles = reinterpret_cast<bf16*>(base + Config::DS_OFFSET);  // [2][BLOCK_KV keys][64]
+    bf16* ds_tiles = reinterpret_cast<bf16*>(base + Config::DS_OFFSET);  // [DS_BUFFERS][Q_SLABS][BLOCK_KV keys][64]
     float* dq_staging = reinterpret_cast<float*>(base + Config::DQ_OFFSET + warpgroup * Config::DQ_BYTES);
     float* rowsum_staging = reinterpret_cast<float*>(base + Config::ROWSUM_OFFSET + warpgroup * Config::ROW_BYTES);
 
@@ -810,16 +819,18 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
             ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
         }
-        // dS^T to shared memory for dQ, [BLOCK_KV keys][64 queries] in the 128-byte swizzle: row
-        // `key`, chunk n of 8 queries, moved by the XOR with key % 8. Two buffers: one consumer
-        // may start on the next tile while the other still reads this one.
-        bf16* ds_tile = ds_tiles + (read % 2) * BLOCK_KV * BLOCK_Q;
+        // dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64 queries] in the 128-byte
+        // swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR with key % 8. With split
+        // columns, two buffers: one consumer may start on the next tile while the other still
+        // reads this one.
+        bf16* ds_tile = ds_tiles + (read % Config::DS_BUFFERS) * BLOCK_KV * BLOCK_Q;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int tile_row = key_row + warp * 16 + fragment_row + 8 * r;
 #pragma unroll
             for (int n = 0; n < BLOCK_Q / 8; ++n)
-                *reinterpret_cast<uint32_t*>(ds_tile + tile_row * 64 + ((n ^ (tile_row % 8)) * 8) + fragment_column) =
+                *reinterpret_cast<uint32_t*>(ds_tile + (n / 8) * BLOCK_KV * 64 + tile_row * 64 +
+                                             (((n % 8) ^ (tile_row % 8)) * 8) + fragment_column) =
                     ds_fragment[n / 2][(n % 2) * 2 + r];
         }
         fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
@@ -831,11 +842,14 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         // excerpt: gradients
         // dV += P^T dO, dK += dS^T Q (A from registers), dQ_part = dS K (A = dS^T from shared),
         // and rowsum(dS) = dS 1 over the consumer's own keys.
-        float dq[DQ_COLUMNS / 2], ds_sum[4];
+        float dq[Config::Q_SLABS][DQ_COLUMNS / 2], ds_sum[Config::Q_SLABS][4];
         fence_registers(dk);
         fence_registers(dv);
-        fence_registers(dq);
-        fence_registers(ds_sum);
+#pragma unroll
+        for (int m = 0; m < Config::Q_SLABS; ++m) {
+            fence_registers(dq[m]);
+            fence_registers(ds_sum[m]);
+        }
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < Q_STEPS; ++step)
@@ -843,24 +857,31 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 #pragma unroll
         for (int step = 0; step < Q_STEPS; ++step)
             Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step], mnmajor(q_smem, BLOCK_Q, step), 1);
-        // Split columns: all keys, the consumer's slab of K. Otherwise: own keys, all of K's columns.
+        // Split columns: all keys, the consumer's slab of K. Otherwise: own keys, all of K's
+        // columns. One M-tile of 64 queries per slab of dS^T.
         const bf16* ds_keys = Config::SPLIT_COLUMNS ? ds_tile : ds_tile + key_row * 64;
         const bf16* k_keys = Config::SPLIT_COLUMNS ? k_tile + warpgroup * BLOCK_KV * 64 : k_tile + key_row * 64;
 #pragma unroll
-        for (int step = 0; step < KEY_STEPS; ++step)
-            Wgmma<DQ_COLUMNS>::template ss<1, 1>(dq, mnmajor(ds_keys, BLOCK_KV, step),
-                                                 mnmajor(k_keys, BLOCK_KV, step), step > 0);
+        for (int m = 0; m < Config::Q_SLABS; ++m) {
 #pragma unroll
-        for (int step = 0; step < 4; ++step)
-            Wgmma<8>::template ss<1, 0>(ds_sum, mnmajor(ds_tile + key_row * 64, BLOCK_KV, step),
-                                        kmajor(ones, 8, step), step > 0);
+            for (int step = 0; step < KEY_STEPS; ++step)
+                Wgmma<DQ_COLUMNS>::template ss<1, 1>(dq[m], mnmajor(ds_keys + m * BLOCK_KV * 64, BLOCK_KV, step),
+                                                     mnmajor(k_keys, BLOCK_KV, step), step > 0);
+#pragma unroll
+            for (int step = 0; step < 4; ++step)
+                Wgmma<8>::template ss<1, 0>(ds_sum[m], mnmajor(ds_tile + m * BLOCK_KV * 64 + key_row * 64, BLOCK_KV, step),
+                                            kmajor(ones, 8, step), step > 0);
+        }
         wgmma_commit();
         // end excerpt
         wgmma_wait<0>();
         fence_registers(dk);
         fence_registers(dv);
-        fence_registers(dq);
-        fence_registers(ds_sum);
+#pragma unroll
+        for (int m = 0; m < Config::Q_SLABS; ++m) {
+            fence_registers(dq[m]);
+            fence_registers(ds_sum[m]);
+        }
         // Q, dO and this tile's dS^T have been read.
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&q_empty[stage]);
@@ -872,12 +893,15 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         if (leader) bulk_wait_read<0>();
         named_barrier_sync(1 + warpgroup, 128);
 #pragma unroll
-        for (int i = 0; i < DQ_COLUMNS / 8; ++i)
-            reinterpret_cast<float4*>(dq_staging)[(warp * (DQ_COLUMNS / 8) + i) * 32 + lane] =
-                make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
-        if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
-            rowsum_staging[warp * 16 + fragment_row] = ds_sum[0];
-            rowsum_staging[warp * 16 + fragment_row + 8] = ds_sum[2];
+        for (int m = 0; m < Config::Q_SLABS; ++m) {
+#pragma unroll
+            for (int i = 0; i < DQ_COLUMNS / 8; ++i)
+                reinterpret_cast<float4*>(dq_staging + m * 64 * DQ_COLUMNS)[(warp * (DQ_COLUMNS / 8) + i) * 32 + lane] =
+                    make_float4(dq[m][4 * i], dq[m][4 * i + 1], dq[m][4 * i + 2], dq[m][4 * i + 3]);
+            if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
+                rowsum_staging[m * 64 + warp * 16 + fragment_row] = ds_sum[m][0];
+                rowsum_staging[m * 64 + warp * 16 + fragment_row + 8] = ds_sum[m][2];
+            }
         }
         fence_proxy_async_shared();
         named_barrier_sync(1 + warpgroup, 128);
@@ -919,13 +943,13 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     }
 }
 
-// A [count] FP32 vector read in boxes of 64, seen as a [1][count] tensor (the encoder wants a
-// second dimension; its stride only has to be a legal one).
-CUtensorMap make_row_map(const float* vector, int64_t count) {
+// A [count] FP32 vector read in boxes of box_count, seen as a [1][count] tensor (the encoder
+// wants a second dimension; its stride only has to be a legal one).
+CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
     CUtensorMap map{};
     const cuuint64_t dims[2] = {cuuint64_t(count), 1};
     const cuuint64_t strides[1] = {(cuuint64_t(count) * sizeof(float) + 15) / 16 * 16};
-    const cuuint32_t box[2] = {64, 1};
+    const cuuint32_t box[2] = {cuuint32_t(box_count), 1};
     const cuuint32_t element_strides[2] = {1, 1};
     const CUresult result = tensor_map_encoder()(
         &map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float*>(vector), dims, strides, box,
@@ -945,7 +969,8 @@ struct BackwardWorkspace {
            total = 0;
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
-        const size_t padded_rows = heads * size_t((shape.len_q + 63) / 64) * 64;
+        const size_t block_q = shape.head_dim == 64 ? BackwardTiling<64>::BLOCK_Q : BackwardTiling<128>::BLOCK_Q;
+        const size_t padded_rows = heads * ((size_t(shape.len_q) + block_q - 1) / block_q) * block_q;
         auto bytes = [](size_t floats) { return (floats * sizeof(float) + 255) / 256 * 256; };
         lse_offset = d_offset + bytes(padded_rows);
         rowsum_offset = lse_offset + bytes(padded_rows);
@@ -995,8 +1020,8 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const CUtensorMap v_map = make_tensor_map(v, batch_heads, shape.len_kv, HEAD_DIM, Config::BLOCK_KV);
     const CUtensorMap dk_map = make_tensor_map(dk, batch_heads, shape.len_kv, HEAD_DIM, 64);
     const CUtensorMap dv_map = make_tensor_map(dv, batch_heads, shape.len_kv, HEAD_DIM, 64);
-    const CUtensorMap lse_map = make_row_map(lse_log2, padded_rows);
-    const CUtensorMap d_map = make_row_map(delta, padded_rows);
+    const CUtensorMap lse_map = make_row_map(lse_log2, padded_rows, Config::BLOCK_Q);
+    const CUtensorMap d_map = make_row_map(delta, padded_rows, Config::BLOCK_Q);
     auto kernel = flash_backward_kernel<Config>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Config::SHARED_BYTES)));
@@ -1008,7 +1033,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const int64_t float4s = padded_rows * HEAD_DIM / 4;
     const int convert_blocks = int(std::min<int64_t>((float4s + 255) / 256, 65536));
     backward_convert_dq_kernel<HEAD_DIM><<<convert_blocks, 256, 0, stream>>>(
-        dq_accumulator, ds_rowsum, key_sum, dq, float4s, shape.len_q, q_tiles,
+        dq_accumulator, ds_rowsum, key_sum, dq, float4s, shape.len_q, q_tiles * Config::Q_SLABS,
         1.0f / float(shape.len_kv), shape.softmax_scale());
     CUDA_CHECK_LAUNCH();
 }
