@@ -461,32 +461,28 @@ struct BackwardTiling {
     // with N = 128 keep the tensor cores fed from shared memory, and a block meets, waits and
     // reduces half as often per query); 64 at D = 128, where dK and dV take 128 of them.
     static constexpr int BLOCK_Q = HEAD_DIM == 64 ? 128 : 64;
-    static constexpr int Q_SLABS = BLOCK_Q / 64;     // of dS^T's queries; dQ's M-tiles
     static constexpr int STAGES = 2;
     static constexpr int SLABS = HEAD_DIM / 64;
     static constexpr int PRODUCER_REGISTERS = 24;
     static constexpr int CONSUMER_REGISTERS = 240;
     static constexpr uint32_t KV_BYTES = BLOCK_KV * HEAD_DIM * sizeof(bf16);
     static constexpr uint32_t Q_BYTES = BLOCK_Q * HEAD_DIM * sizeof(bf16);
-    static constexpr uint32_t ROW_BYTES = BLOCK_Q * sizeof(float);      // 64 LSE or D values
-    // dQ = dS K. At D = 128 each consumer computes 64 of the 128 columns over all the block's
-    // keys (so the two halves of dS^T are shared, double-buffered, and the block adds one dQ
-    // block per query tile); at D = 64 each computes all 64 columns over its own keys and both
-    // add their parts.
-    static constexpr bool SPLIT_COLUMNS = HEAD_DIM == 128;
-    static constexpr int DQ_COLUMNS = SPLIT_COLUMNS ? HEAD_DIM / CONSUMERS : HEAD_DIM;
-    static constexpr uint32_t DS_BYTES = BLOCK_KV * BLOCK_Q * sizeof(bf16);     // both halves of dS^T
-    // Split columns: each consumer reads the other's half of dS^T, so it is double-buffered;
-    // otherwise a consumer reads only the rows it wrote, after its own wait.
-    static constexpr int DS_BUFFERS = SPLIT_COLUMNS ? 2 : 1;
-    static constexpr uint32_t DQ_BYTES = BLOCK_Q * DQ_COLUMNS * sizeof(float);  // one consumer's dQ
+    static constexpr uint32_t ROW_BYTES = BLOCK_Q * sizeof(float);      // BLOCK_Q LSE or D values
+    // dQ = dS K over all the block's keys, so that the block adds each dQ element to device
+    // memory once per query tile: the BLOCK_Q x HEAD_DIM block is cut into 64 x 64 pieces, one
+    // per consumer (at D = 64 consumer g takes queries 64 g .. 64 g + 63, at D = 128 columns
+    // 64 g .. 64 g + 63). Each consumer reads both halves of dS^T, so dS^T is double-buffered.
+    static constexpr int Q_SLABS = BLOCK_Q / 64;     // of dS^T's queries
+    static_assert(Q_SLABS * SLABS == CONSUMERS, "one 64 x 64 piece of dQ per consumer");
+    static constexpr uint32_t DS_BYTES = BLOCK_KV * BLOCK_Q * sizeof(bf16);  // both halves of dS^T
+    static constexpr uint32_t DQ_BYTES = 64 * 64 * sizeof(float);            // one consumer's piece
     // Offsets from the 1024-byte aligned base.
     static constexpr size_t K_OFFSET = 0;
     static constexpr size_t V_OFFSET = K_OFFSET + KV_BYTES;
     static constexpr size_t Q_OFFSET = V_OFFSET + KV_BYTES;
     static constexpr size_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
     static constexpr size_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
-    static constexpr size_t DQ_OFFSET = DS_OFFSET + DS_BUFFERS * DS_BYTES;
+    static constexpr size_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
     // rowsum(dS) for the centred dQ is the GEMM dS 1 over each consumer's 64 keys: B is a tile
     // of ones, [8 columns][64 keys] as a K-major B (every value is 1: the swizzle cannot matter).
     static constexpr size_t ONES_OFFSET = DQ_OFFSET + CONSUMERS * DQ_BYTES;
@@ -499,7 +495,6 @@ struct BackwardTiling {
     static constexpr size_t SHARED_BYTES = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES + 1024;
 };
 static_assert(BackwardTiling<64>::SHARED_BYTES <= 227 * 1024 && BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
-static_assert(!BackwardTiling<128>::SPLIT_COLUMNS || BackwardTiling<128>::BLOCK_Q == 64);
 
 // Per query row, into arrays padded to whole query tiles (BLOCK_Q rows) per head (so that every tile the
 // producer copies starts on a 16-byte boundary and never reaches into the next head):
@@ -595,8 +590,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     constexpr int CONSUMER_WARPS = 4 * Config::CONSUMERS;
     constexpr int D_STEPS = HEAD_DIM / 16;  // k-steps over the head dim (S^T, dP^T)
     constexpr int Q_STEPS = BLOCK_Q / 16;   // k-steps over the queries (dV, dK)
-    constexpr int DQ_COLUMNS = Config::DQ_COLUMNS;
-    constexpr int KEY_STEPS = (Config::SPLIT_COLUMNS ? BLOCK_KV : 64) / 16;  // k-steps of dQ
+    constexpr int KEY_STEPS = BLOCK_KV / 16;  // k-steps of dQ (over the keys)
 
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and D have landed
@@ -671,7 +665,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 
     // This consumer's 64 keys: rows 64 warpgroup .. + 63 of the K and V tiles.
     const int key_row = warpgroup * 64;
-    bf16* ds_tiles = reinterpret_cast<bf16*>(base + Config::DS_OFFSET);  // [DS_BUFFERS][Q_SLABS][BLOCK_KV keys][64]
+    bf16* ds_tiles = reinterpret_cast<bf16*>(base + Config::DS_OFFSET);  // [2][Q_SLABS][BLOCK_KV keys][64]
     float* dq_staging = reinterpret_cast<float*>(base + Config::DQ_OFFSET + warpgroup * Config::DQ_BYTES);
     float* rowsum_staging = reinterpret_cast<float*>(base + Config::ROWSUM_OFFSET + warpgroup * Config::ROW_BYTES);
 
@@ -820,10 +814,9 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
         }
         // dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64 queries] in the 128-byte
-        // swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR with key % 8. With split
-        // columns, two buffers: one consumer may start on the next tile while the other still
-        // reads this one.
-        bf16* ds_tile = ds_tiles + (read % Config::DS_BUFFERS) * BLOCK_KV * BLOCK_Q;
+        // swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR with key % 8. Two
+        // buffers: one consumer may start on the next tile while the other still reads this one.
+        bf16* ds_tile = ds_tiles + (read % 2) * BLOCK_KV * BLOCK_Q;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
             const int tile_row = key_row + warp * 16 + fragment_row + 8 * r;
@@ -834,22 +827,17 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                     ds_fragment[n / 2][(n % 2) * 2 + r];
         }
         fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
-        if constexpr (Config::SPLIT_COLUMNS)
-            named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
-        else
-            named_barrier_sync(1 + warpgroup, 128);
+        named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both halves written
 
         // excerpt: gradients
-        // dV += P^T dO, dK += dS^T Q (A from registers), dQ_part = dS K (A = dS^T from shared),
-        // and rowsum(dS) = dS 1 over the consumer's own keys.
-        float dq[Config::Q_SLABS][DQ_COLUMNS / 2], ds_sum[Config::Q_SLABS][4];
+        // dV += P^T dO, dK += dS^T Q (A from registers), the consumer's 64 x 64 piece of dQ = dS K
+        // (A = dS^T from shared memory), and rowsum(dS) = dS 1 over the consumer's own keys.
+        float dq[32], ds_sum[Config::Q_SLABS][4];
         fence_registers(dk);
         fence_registers(dv);
+        fence_registers(dq);
 #pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) {
-            fence_registers(dq[m]);
-            fence_registers(ds_sum[m]);
-        }
+        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < Q_STEPS; ++step)
@@ -857,48 +845,46 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 #pragma unroll
         for (int step = 0; step < Q_STEPS; ++step)
             Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step], mnmajor(q_smem, BLOCK_Q, step), 1);
-        // Split columns: all keys, the consumer's slab of K. Otherwise: own keys, all of K's
-        // columns. One M-tile of 64 queries per slab of dS^T.
-        const bf16* ds_keys = Config::SPLIT_COLUMNS ? ds_tile : ds_tile + key_row * 64;
-        const bf16* k_keys = Config::SPLIT_COLUMNS ? k_tile + warpgroup * BLOCK_KV * 64 : k_tile + key_row * 64;
+        // The piece: a slab of dS^T's queries (D = 64) times all of K, or all of dS^T times a
+        // slab of K's columns (D = 128), over all BLOCK_KV keys.
+        const bf16* ds_piece = ds_tile + (warpgroup % Config::Q_SLABS) * BLOCK_KV * 64;
+        const bf16* k_piece = k_tile + (warpgroup % SLABS) * BLOCK_KV * 64;
 #pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) {
+        for (int step = 0; step < KEY_STEPS; ++step)
+            Wgmma<64>::template ss<1, 1>(dq, mnmajor(ds_piece, BLOCK_KV, step), mnmajor(k_piece, BLOCK_KV, step),
+                                         step > 0);
 #pragma unroll
-            for (int step = 0; step < KEY_STEPS; ++step)
-                Wgmma<DQ_COLUMNS>::template ss<1, 1>(dq[m], mnmajor(ds_keys + m * BLOCK_KV * 64, BLOCK_KV, step),
-                                                     mnmajor(k_keys, BLOCK_KV, step), step > 0);
+        for (int m = 0; m < Config::Q_SLABS; ++m)
 #pragma unroll
             for (int step = 0; step < 4; ++step)
                 Wgmma<8>::template ss<1, 0>(ds_sum[m], mnmajor(ds_tile + m * BLOCK_KV * 64 + key_row * 64, BLOCK_KV, step),
                                             kmajor(ones, 8, step), step > 0);
-        }
         wgmma_commit();
         // end excerpt
         wgmma_wait<0>();
         fence_registers(dk);
         fence_registers(dv);
+        fence_registers(dq);
 #pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) {
-            fence_registers(dq[m]);
-            fence_registers(ds_sum[m]);
-        }
+        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         // Q, dO and this tile's dS^T have been read.
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&q_empty[stage]);
 
         // excerpt: dq-reduce
-        // dQ_part into the staging tile, once the previous tile's reduce-add has read it; then
-        // the copy engine adds it to the accumulator in device memory.
+        // The piece of dQ into the staging tile, once the previous tile's reduce-add has read it;
+        // then the copy engine adds it to the accumulator in device memory, where the query tile's
+        // pieces follow each other in consumer order.
         const bool leader = threadIdx.x % 128 == 0;
         if (leader) bulk_wait_read<0>();
         named_barrier_sync(1 + warpgroup, 128);
 #pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) {
+        for (int i = 0; i < 8; ++i)
+            reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
+                make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+        if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
 #pragma unroll
-            for (int i = 0; i < DQ_COLUMNS / 8; ++i)
-                reinterpret_cast<float4*>(dq_staging + m * 64 * DQ_COLUMNS)[(warp * (DQ_COLUMNS / 8) + i) * 32 + lane] =
-                    make_float4(dq[m][4 * i], dq[m][4 * i + 1], dq[m][4 * i + 2], dq[m][4 * i + 3]);
-            if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
+            for (int m = 0; m < Config::Q_SLABS; ++m) {
                 rowsum_staging[m * 64 + warp * 16 + fragment_row] = ds_sum[m][0];
                 rowsum_staging[m * 64 + warp * 16 + fragment_row + 8] = ds_sum[m][2];
             }
@@ -907,9 +893,8 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         named_barrier_sync(1 + warpgroup, 128);
         if (leader) {
             const int64_t tile = int64_t(head) * q_tiles + q_tile;
-            const int part = Config::SPLIT_COLUMNS ? warpgroup * BLOCK_Q * DQ_COLUMNS : 0;
-            bulk_reduce_add_f32(dq_accumulator + tile * BLOCK_Q * HEAD_DIM + part, smem_address(dq_staging),
-                                Config::DQ_BYTES);
+            bulk_reduce_add_f32(dq_accumulator + tile * BLOCK_Q * HEAD_DIM + warpgroup * 64 * 64,
+                                smem_address(dq_staging), Config::DQ_BYTES);
             bulk_reduce_add_f32(ds_rowsum + tile * BLOCK_Q, smem_address(rowsum_staging), Config::ROW_BYTES);
             bulk_commit();
         }
