@@ -490,9 +490,10 @@ struct BackwardTiling {
     static constexpr size_t ROWSUM_OFFSET = ONES_OFFSET + ONES_BYTES;  // one consumer's 64 sums each
     static constexpr size_t LSE_OFFSET = ROWSUM_OFFSET + CONSUMERS * ROW_BYTES;
     static constexpr size_t D_OFFSET = LSE_OFFSET + STAGES * ROW_BYTES;
-    // Two buffers of per-warp column sums, for the exact D.
+    // For the exact D: two buffers of per-warp column sums, and each consumer's copy of the sums.
     static constexpr size_t PARTIALS_OFFSET = D_OFFSET + STAGES * ROW_BYTES;
-    static constexpr size_t SHARED_BYTES = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES + 1024;
+    static constexpr size_t EXACT_D_OFFSET = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES;
+    static constexpr size_t SHARED_BYTES = EXACT_D_OFFSET + CONSUMERS * ROW_BYTES + 1024;
 };
 static_assert(BackwardTiling<64>::SHARED_BYTES <= 227 * 1024 && BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
 
@@ -757,49 +758,35 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             }
         wgmma_wait<0>();  // dP^T is done
         fence_registers(dp);
-        // Column sums over this thread's two keys, then over the warp's 16 (lanes with the same
-        // lane % 4 hold the same columns): lanes 0-3 end with the warp's sums for columns
-        // 8n + 2 lane and one more.
-        auto column_sums = [&](float (&sums)[BLOCK_Q / 4], const float (&values)[BLOCK_Q / 2]) {
-#pragma unroll
-            for (int n = 0; n < BLOCK_Q / 8; ++n)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    float sum = values[4 * n + i] + values[4 * n + 2 + i];
-#pragma unroll
-                    for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
-                    sums[2 * n + i] = sum;
-                }
-        };
-        float d_row[BLOCK_Q / 4];  // D of this thread's columns 8n + fragment_column + i
+        // D of the tile's queries: the preprocessed rows, or (one block holds every key) the
+        // exact sums of P * dP over the keys: this thread's two, the warp's 16 (lanes with the
+        // same lane % 4 hold the same columns), then the consumer warps' partials added by one
+        // thread per query.
+        const float* delta_row = d_stage;
         if (exact_delta) {
-            float sums[BLOCK_Q / 4], products[BLOCK_Q / 2];
-#pragma unroll
-            for (int e = 0; e < BLOCK_Q / 2; ++e) products[e] = s[e] * dp[e];
-            column_sums(sums, products);
             float* partials = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q +
                               (warpgroup * 4 + warp) * BLOCK_Q;
-            if (lane < 4)
-#pragma unroll
-                for (int n = 0; n < BLOCK_Q / 8; ++n)
-#pragma unroll
-                    for (int i = 0; i < 2; ++i) partials[n * 8 + fragment_column + i] = sums[2 * n + i];
-            named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
-            const float* all = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
 #pragma unroll
             for (int n = 0; n < BLOCK_Q / 8; ++n)
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    float sum = 0.0f;
+                    float sum = s[4 * n + i] * dp[4 * n + i] + s[4 * n + 2 + i] * dp[4 * n + 2 + i];
 #pragma unroll
-                    for (int w = 0; w < 4 * Config::CONSUMERS; ++w) sum += all[w * BLOCK_Q + n * 8 + fragment_column + i];
-                    d_row[2 * n + i] = sum;
+                    for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+                    if (lane < 4) partials[n * 8 + fragment_column + i] = sum;
                 }
-        } else {
+            named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
+            const float* all = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
+            float* exact = reinterpret_cast<float*>(base + Config::EXACT_D_OFFSET) + warpgroup * BLOCK_Q;
+            const int query = int(threadIdx.x) % 128;
+            if (query < BLOCK_Q) {
+                float sum = 0.0f;
 #pragma unroll
-            for (int n = 0; n < BLOCK_Q / 8; ++n)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) d_row[2 * n + i] = d_stage[n * 8 + fragment_column + i];
+                for (int w = 0; w < 4 * Config::CONSUMERS; ++w) sum += all[w * BLOCK_Q + query];
+                exact[query] = sum;
+            }
+            named_barrier_sync(1 + warpgroup, 128);
+            delta_row = exact;
         }
         // dS^T = P^T (dP^T - D), in place in dp; P^T and dS^T packed as bf16 A fragments (the
         // accumulators of 8-column tiles 2k and 2k+1 are the A fragment of k-step k).
@@ -807,12 +794,25 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 #pragma unroll
         for (int n = 0; n < BLOCK_Q / 8; ++n) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) dp[4 * n + i] = s[4 * n + i] * (dp[4 * n + i] - d_row[2 * n + i % 2]);
+            for (int i = 0; i < 4; ++i) dp[4 * n + i] = s[4 * n + i] * (dp[4 * n + i] - delta_row[n * 8 + fragment_column + i % 2]);
             p_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(s[4 * n + 0], s[4 * n + 1]);
             p_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
             ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
             ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
         }
+        // excerpt: gradients
+        // dK += dS^T Q and dV += P^T dO (A from registers), issued at once: they run while dS^T is
+        // stored and the consumers meet.
+        fence_registers(dk);
+        fence_registers(dv);
+        wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < Q_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step], mnmajor(q_smem, BLOCK_Q, step), 1);
+#pragma unroll
+        for (int step = 0; step < Q_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step], mnmajor(do_smem, BLOCK_Q, step), 1);
+        wgmma_commit();
         // dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64 queries] in the 128-byte
         // swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR with key % 8. Two
         // buffers: one consumer may start on the next tile while the other still reads this one.
@@ -829,22 +829,13 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
         named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both halves written
 
-        // excerpt: gradients
-        // dV += P^T dO, dK += dS^T Q (A from registers), the consumer's 64 x 64 piece of dQ = dS K
-        // (A = dS^T from shared memory), and rowsum(dS) = dS 1 over the consumer's own keys.
+        // The consumer's 64 x 64 piece of dQ = dS K (A = dS^T from shared memory), and
+        // rowsum(dS) = dS 1 over the consumer's own keys.
         float dq[32], ds_sum[Config::Q_SLABS][4];
-        fence_registers(dk);
-        fence_registers(dv);
         fence_registers(dq);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         wgmma_fence();
-#pragma unroll
-        for (int step = 0; step < Q_STEPS; ++step)
-            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step], mnmajor(do_smem, BLOCK_Q, step), 1);
-#pragma unroll
-        for (int step = 0; step < Q_STEPS; ++step)
-            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step], mnmajor(q_smem, BLOCK_Q, step), 1);
         // The piece: a slab of dS^T's queries (D = 64) times all of K, or all of dS^T times a
         // slab of K's columns (D = 128), over all BLOCK_KV keys.
         const bf16* ds_piece = ds_tile + (warpgroup % Config::Q_SLABS) * BLOCK_KV * 64;
