@@ -715,7 +715,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         mbarrier_wait(&q_full[stage], (read / STAGES) % 2);
 
         // excerpt: s-dp
-        // S^T = K Q^T and dP^T = V dO^T: 64 keys x 64 queries each, two commit groups.
+        // S^T = K Q^T and dP^T = V dO^T: 64 keys x BLOCK_Q queries each, two commit groups.
         float s[BLOCK_Q / 2], dp[BLOCK_Q / 2];
         fence_registers(s);
         fence_registers(dp);
@@ -813,6 +813,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         for (int step = 0; step < Q_STEPS; ++step)
             Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step], mnmajor(do_smem, BLOCK_Q, step), 1);
         wgmma_commit();
+        // end excerpt
         // dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64 queries] in the 128-byte
         // swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR with key % 8. Two
         // buffers: one consumer may start on the next tile while the other still reads this one.
@@ -829,6 +830,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
         named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both halves written
 
+        // excerpt: dq-gemm
         // The consumer's 64 x 64 piece of dQ = dS K (A = dS^T from shared memory), and
         // rowsum(dS) = dS 1 over the consumer's own keys.
         float dq[32], ds_sum[Config::Q_SLABS][4];

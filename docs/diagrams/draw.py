@@ -520,7 +520,8 @@ def hopper_constants(found):
     path = "11_hopper_backward/attention.cu"
     found["11_hopper_backward"] = {
         "CONSUMERS": integer(path, r"static constexpr int CONSUMERS = (\d+);\n    static constexpr int THREADS = 128 \* \(1 \+ CONSUMERS\);\n    static constexpr int BLOCK_KV = 64 \* CONSUMERS;"),
-        "BLOCK_Q": integer(path, r"static constexpr int BLOCK_Q = (\d+);               // Br"),
+        "BLOCK_Q_D64": integer(path, r"static constexpr int BLOCK_Q = HEAD_DIM == 64 \? (\d+) : \d+;"),
+        "BLOCK_Q_D128": integer(path, r"static constexpr int BLOCK_Q = HEAD_DIM == 64 \? \d+ : (\d+);"),
         "STAGES": integer(path, r"struct BackwardTiling \{[^}]*?STAGES = (\d+);")}
     found["11_hopper_backward"]["BLOCK_KV"] = 64 * found["11_hopper_backward"]["CONSUMERS"]
 
@@ -683,7 +684,7 @@ def backward_flow_11(plt, found):
     flow_box(axis, 0.2, 5.9, 2.6, 1.2, "preprocess kernel\nD = rowsum(dO ∘ O)\nLSE·log2 e (padded)", grey,
              size=8)
     flow_box(axis, 0.2, 3.7, 2.6, 1.4, "producer warpgroup\nK, V once;\nQ, dO, LSE, D per\n"
-             f"{c['BLOCK_Q']}-row query tile", "#6a51a3", size=8)
+             f"query tile ({c['BLOCK_Q_D64']} rows at D = 64,\n{c['BLOCK_Q_D128']} at D = 128)", "#6a51a3", size=8)
     flow_arrow(axis, (1.5, 5.9), (1.5, 5.1))
     flow_box(axis, 3.8, 3.5, 3.0, 1.8, f"shared memory\nK, V ({c['BLOCK_KV']} keys)\n"
              f"ring of {c['STAGES']}: Q, dO, LSE, D\nfull / empty barriers", KEY_COLOUR, size=8)
@@ -697,7 +698,7 @@ def backward_flow_11(plt, found):
         flow_box(axis, 11.6, y + 0.4, 1.7, 1.0, "dK, dV\nin registers\n-> TMA store", VALUE_COLOUR, size=7.5)
         flow_arrow(axis, (10.9, y + 0.9), (11.6, y + 0.9))
     flow_box(axis, 7.9, 0.2, 3.0, 1.6, "dSᵀ (both halves) in shared memory\n"
-             "dQ part = dS K (ss, transposed A)\nrowsum(dS) = dS·1 (N = 8)\n-> FP32 staging tiles",
+             "each a 64 × 64 piece of dQ = dS K\n(ss, transposed A); rowsum(dS) = dS·1\n(N = 8) -> FP32 staging tiles",
              STATE_COLOUR, size=7.5)
     flow_arrow(axis, (9.4, 2.7), (9.4, 1.8))
     # Consumer 0's half of dS^T goes to the same shared tile: a path around consumer 1.
