@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
@@ -612,7 +613,9 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 
     const int head = int(blockIdx.x) / kv_tiles;
     const int kv_start = (int(blockIdx.x) % kv_tiles) * BLOCK_KV;
-    const int warpgroup = int(threadIdx.x) / 128 - 1;  // -1: the producer; 0, 1: consumers
+    // -1: the producer; 0, 1: consumers. Read from lane 0 so that the compiler knows it is the
+    // same across the warp and keeps what is derived from it (descriptors) in uniform registers.
+    const int warpgroup = __shfl_sync(FULL_MASK, int(threadIdx.x) / 128, 0) - 1;
     const int warp = int(threadIdx.x) % 128 / 32;
     const int lane = int(threadIdx.x) % 32;
     const int fragment_row = lane / 4;
@@ -674,13 +677,25 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // dim contiguous. dV += P^T dO and dK += dS^T Q: dO and Q as MN-major B (their head dim is
     // the output dimension). dQ = dS K: dS^T stored [key][query] is an MN-major A (queries
     // contiguous), K an MN-major B.
+    // Each descriptor is built once, and k-step `step` is it advanced by kmajor_step (16 columns:
+    // slab step / 4, 32 bytes along the row per step inside it) or MN_STEP (16 rows further).
     constexpr uint32_t ROW = 64 * sizeof(bf16);  // one swizzled row: 128 bytes
-    auto kmajor = [](const bf16* tile, int rows, int step) {  // step over the head dim
-        return make_smem_descriptor(tile + (step / 4) * rows * 64 + (step % 4) * 16, 16, 8 * ROW);
+    constexpr uint32_t MN_STEP = 16 * ROW;
+    auto kmajor = [](const bf16* tile) { return make_smem_descriptor(tile, 16, 8 * ROW); };
+    auto mnmajor = [](const bf16* tile, int rows) { return make_smem_descriptor(tile, rows * ROW, 8 * ROW); };
+    auto kmajor_step = [](int rows, int step) {
+        return uint32_t(((step / 4) * rows * 64 + (step % 4) * 16) * sizeof(bf16));
     };
-    auto mnmajor = [](const bf16* tile, int rows, int step) {  // step over the rows
-        return make_smem_descriptor(tile + step * 16 * 64, rows * ROW, 8 * ROW);
-    };
+    const uint64_t k_kmajor = kmajor(k_tile + key_row * 64), v_kmajor = kmajor(v_tile + key_row * 64);
+    // Q and dO of stage 0 (a stage is Q_BYTES further), dS^T's buffer 0 (DS_BYTES further).
+    const uint64_t q_kmajor = kmajor(q_tiles_smem), do_kmajor = kmajor(do_tiles);
+    const uint64_t q_mnmajor = mnmajor(q_tiles_smem, BLOCK_Q), do_mnmajor = mnmajor(do_tiles, BLOCK_Q);
+    const uint64_t ds_mnmajor = mnmajor(ds_tiles, BLOCK_KV);
+    const uint64_t ones_kmajor = kmajor(ones);
+    // dQ's piece: a slab of dS^T's queries (D = 64) times all of K, or all of dS^T times a slab
+    // of K's columns (D = 128), over all BLOCK_KV keys.
+    const uint64_t k_piece = mnmajor(k_tile + (warpgroup % SLABS) * BLOCK_KV * 64, BLOCK_KV);
+    const uint32_t ds_piece_bytes = (warpgroup % Config::Q_SLABS) * BLOCK_KV * ROW;
 
     float dk[HEAD_DIM / 2] = {};
     float dv[HEAD_DIM / 2] = {};
@@ -710,8 +725,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
         const int stage = read % STAGES;
         const int q_start = q_tile * BLOCK_Q;
-        const bf16* q_smem = q_tiles_smem + stage * SLABS * BLOCK_Q * 64;
-        const bf16* do_smem = do_tiles + stage * SLABS * BLOCK_Q * 64;
+        const uint32_t stage_bytes = stage * Config::Q_BYTES;
         mbarrier_wait(&q_full[stage], (read / STAGES) % 2);
 
         // excerpt: s-dp
@@ -722,13 +736,15 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < D_STEPS; ++step)
-            Wgmma<BLOCK_Q>::template ss<0, 0>(s, kmajor(k_tile + key_row * 64, BLOCK_KV, step),
-                                              kmajor(q_smem, BLOCK_Q, step), step > 0);
+            Wgmma<BLOCK_Q>::template ss<0, 0>(s, advance_descriptor(k_kmajor, kmajor_step(BLOCK_KV, step)),
+                                              advance_descriptor(q_kmajor, stage_bytes + kmajor_step(BLOCK_Q, step)),
+                                              step > 0);
         wgmma_commit();
 #pragma unroll
         for (int step = 0; step < D_STEPS; ++step)
-            Wgmma<BLOCK_Q>::template ss<0, 0>(dp, kmajor(v_tile + key_row * 64, BLOCK_KV, step),
-                                              kmajor(do_smem, BLOCK_Q, step), step > 0);
+            Wgmma<BLOCK_Q>::template ss<0, 0>(dp, advance_descriptor(v_kmajor, kmajor_step(BLOCK_KV, step)),
+                                              advance_descriptor(do_kmajor, stage_bytes + kmajor_step(BLOCK_Q, step)),
+                                              step > 0);
         wgmma_commit();
         // end excerpt
 
@@ -740,22 +756,31 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 
         wgmma_wait<1>();  // S^T is done
         fence_registers(s);
-        // P^T = exp(S - LSE) = 2^(S^T scale log2 e - LSE log2 e), 0 where masked.
+        // P^T = exp(S - LSE) = 2^(S^T scale log2 e - LSE log2 e), 0 where masked. A tile that
+        // hides none of this consumer's scores (its keys and queries in range, and, causal, its
+        // last key at or before the tile's first query) takes the loop without the tests.
+        auto exponentiate = [&](auto masked) {
 #pragma unroll
-        for (int n = 0; n < BLOCK_Q / 8; ++n)
+            for (int n = 0; n < BLOCK_Q / 8; ++n) {
+                const float2 lse_log2 = *reinterpret_cast<const float2*>(lse_stage + n * 8 + fragment_column);
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int column = n * 8 + fragment_column + i;
-                const int query = q_start + column;
-                const float lse_log2 = lse_stage[column];
+                for (int i = 0; i < 2; ++i)
 #pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    const int key = key0 + 8 * r;
-                    const bool visible = key < len_kv && query < len_q && !(causal && key > query);
-                    float& value = s[4 * n + 2 * r + i];
-                    value = visible ? fast_exp2(fmaf(value, scale_log2, -lse_log2)) : 0.0f;
-                }
+                    for (int r = 0; r < 2; ++r) {
+                        float& value = s[4 * n + 2 * r + i];
+                        value = fast_exp2(fmaf(value, scale_log2, -(i == 0 ? lse_log2.x : lse_log2.y)));
+                        if constexpr (decltype(masked)::value) {
+                            const int key = key0 + 8 * r, query = q_start + n * 8 + fragment_column + i;
+                            if (key >= len_kv || query >= len_q || (causal && key > query)) value = 0.0f;
+                        }
+                    }
             }
+        };
+        const int last_key = kv_start + key_row + 63;
+        if (last_key >= len_kv || q_start + BLOCK_Q > len_q || (causal && last_key > q_start))
+            exponentiate(std::true_type{});
+        else
+            exponentiate(std::false_type{});
         wgmma_wait<0>();  // dP^T is done
         fence_registers(dp);
         // D of the tile's queries: the preprocessed rows, or (one block holds every key) the
@@ -793,8 +818,9 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         uint32_t p_fragment[Q_STEPS][4], ds_fragment[Q_STEPS][4];
 #pragma unroll
         for (int n = 0; n < BLOCK_Q / 8; ++n) {
+            const float2 delta = *reinterpret_cast<const float2*>(delta_row + n * 8 + fragment_column);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) dp[4 * n + i] = s[4 * n + i] * (dp[4 * n + i] - delta_row[n * 8 + fragment_column + i % 2]);
+            for (int i = 0; i < 4; ++i) dp[4 * n + i] = s[4 * n + i] * (dp[4 * n + i] - (i % 2 == 0 ? delta.x : delta.y));
             p_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(s[4 * n + 0], s[4 * n + 1]);
             p_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
             ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
@@ -808,10 +834,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < Q_STEPS; ++step)
-            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step], mnmajor(q_smem, BLOCK_Q, step), 1);
+            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step],
+                                            advance_descriptor(q_mnmajor, stage_bytes + step * MN_STEP), 1);
 #pragma unroll
         for (int step = 0; step < Q_STEPS; ++step)
-            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step], mnmajor(do_smem, BLOCK_Q, step), 1);
+            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step],
+                                            advance_descriptor(do_mnmajor, stage_bytes + step * MN_STEP), 1);
         wgmma_commit();
         // end excerpt
         // dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64 queries] in the 128-byte
@@ -838,20 +866,18 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         wgmma_fence();
-        // The piece: a slab of dS^T's queries (D = 64) times all of K, or all of dS^T times a
-        // slab of K's columns (D = 128), over all BLOCK_KV keys.
-        const bf16* ds_piece = ds_tile + (warpgroup % Config::Q_SLABS) * BLOCK_KV * 64;
-        const bf16* k_piece = k_tile + (warpgroup % SLABS) * BLOCK_KV * 64;
+        const uint32_t ds_bytes = (read % 2) * Config::DS_BYTES;
 #pragma unroll
         for (int step = 0; step < KEY_STEPS; ++step)
-            Wgmma<64>::template ss<1, 1>(dq, mnmajor(ds_piece, BLOCK_KV, step), mnmajor(k_piece, BLOCK_KV, step),
-                                         step > 0);
+            Wgmma<64>::template ss<1, 1>(dq, advance_descriptor(ds_mnmajor, ds_bytes + ds_piece_bytes + step * MN_STEP),
+                                         advance_descriptor(k_piece, step * MN_STEP), step > 0);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m)
 #pragma unroll
             for (int step = 0; step < 4; ++step)
-                Wgmma<8>::template ss<1, 0>(ds_sum[m], mnmajor(ds_tile + m * BLOCK_KV * 64 + key_row * 64, BLOCK_KV, step),
-                                            kmajor(ones, 8, step), step > 0);
+                Wgmma<8>::template ss<1, 0>(
+                    ds_sum[m], advance_descriptor(ds_mnmajor, ds_bytes + (m * BLOCK_KV + key_row) * ROW + step * MN_STEP),
+                    advance_descriptor(ones_kmajor, kmajor_step(8, step)), step > 0);
         wgmma_commit();
         // end excerpt
         wgmma_wait<0>();

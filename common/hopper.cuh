@@ -101,6 +101,13 @@ __device__ __forceinline__ uint64_t make_smem_descriptor(const void* tile, uint3
     return ((address & 0x3FFFF) >> 4) | (uint64_t(leading_bytes >> 4) << 16) |
            (uint64_t(stride_bytes >> 4) << 32) | (1ull << 62);  // 1 in bits 62-63: 128-byte swizzle
 }
+// The same operand `bytes` further on (a multiple of 16): the start address is the descriptor's
+// low 14 bits in 16-byte units, and a shared-memory address + bytes stays below 2^18, so the sum
+// never carries into the other fields. Building a descriptor once per tile and advancing it per
+// k-step costs one integer add per wgmma instead of rebuilding every field.
+__device__ __forceinline__ uint64_t advance_descriptor(uint64_t descriptor, uint32_t bytes) {
+    return (descriptor & ~uint64_t(0xFFFFFFFFu)) | (uint32_t(descriptor) + (bytes >> 4));
+}
 
 // Orders this warpgroup's register accesses before the wgmma that follow (needed whenever the
 // accumulators or the A fragments were written by ordinary instructions).
