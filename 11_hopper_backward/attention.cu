@@ -722,11 +722,78 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     const bool exact_delta = kv_tiles == 1;
     float* delta_partials = reinterpret_cast<float*>(base + Config::PARTIALS_OFFSET);
 
+    // excerpt: dq-gemm
+    // A consumer's 64 x 64 piece of dQ = dS K for the tile read `read`-th (A = dS^T from shared
+    // memory), and rowsum(dS) = dS 1 over the consumer's own keys. The caller fences and commits.
+    using DsSums = float[Config::Q_SLABS][4];
+    auto issue_dq = [&](float (&dq)[32], DsSums& ds_sum, int read) {
+        const uint32_t ds_bytes = (read & 1) * Config::DS_BYTES;  // read = -1: buffer 1
+#pragma unroll
+        for (int step = 0; step < KEY_STEPS; ++step)
+            Wgmma<64>::template ss<1, 1>(dq, advance_descriptor(ds_mnmajor, ds_bytes + ds_piece_bytes + step * MN_STEP),
+                                         advance_descriptor(k_piece, step * MN_STEP), step > 0);
+#pragma unroll
+        for (int m = 0; m < Config::Q_SLABS; ++m)
+#pragma unroll
+            for (int step = 0; step < 4; ++step)
+                Wgmma<8>::template ss<1, 0>(
+                    ds_sum[m], advance_descriptor(ds_mnmajor, ds_bytes + (m * BLOCK_KV + key_row) * ROW + step * MN_STEP),
+                    advance_descriptor(ones_kmajor, kmajor_step(8, step)), step > 0);
+    };
+    // end excerpt
+    // excerpt: dq-reduce
+    // The piece of dQ into the staging tile, once the previous reduce-add has read it; then the
+    // copy engine adds it to the accumulator in device memory, where the query tile's pieces
+    // follow each other in consumer order.
+    auto hand_over_dq = [&](const float (&dq)[32], const DsSums& ds_sum, int q_tile) {
+        const bool leader = threadIdx.x % 128 == 0;
+        if (leader) bulk_wait_read<0>();
+        named_barrier_sync(1 + warpgroup, 128);
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+            reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
+                make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+        if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
+#pragma unroll
+            for (int m = 0; m < Config::Q_SLABS; ++m) {
+                rowsum_staging[m * 64 + warp * 16 + fragment_row] = ds_sum[m][0];
+                rowsum_staging[m * 64 + warp * 16 + fragment_row + 8] = ds_sum[m][2];
+            }
+        }
+        fence_proxy_async_shared();
+        named_barrier_sync(1 + warpgroup, 128);
+        if (leader) {
+            const int64_t tile = int64_t(head) * q_tiles + q_tile;
+            bulk_reduce_add_f32(dq_accumulator + tile * BLOCK_Q * HEAD_DIM + warpgroup * 64 * 64,
+                                smem_address(dq_staging), Config::DQ_BYTES);
+            bulk_reduce_add_f32(ds_rowsum + tile * BLOCK_Q, smem_address(rowsum_staging), Config::ROW_BYTES);
+            bulk_commit();
+        }
+    };
+    // end excerpt
+
+    // excerpt: turns
+    // Ping-pong, as in stage 10's forward but twice per query tile: the consumers take turns at
+    // issuing their wgmma (S^T and dP^T of consumer 0, then of consumer 1, then the gradients of
+    // consumer 0, then of consumer 1), so that one consumer computes P^T and dS^T, or hands over
+    // dQ, while the other's GEMMs run. Consumer w waits on named barrier TURN + w, which the
+    // other arrives at once it has issued. dQ needs both halves of dS^T: consumer 1 issues its
+    // piece of a tile with its gradients of that tile, after consumer 0 has written its half;
+    // consumer 0 issues its piece a tile later, when consumer 1's half is written (`lagging`).
+    static_assert(Config::CONSUMERS == 2, "the turns alternate between two consumers");
+    constexpr int TURN = 2 + Config::CONSUMERS;  // ids 1 .. CONSUMERS + 1 are taken
+    auto wait_turn = [&] { named_barrier_sync(TURN + warpgroup, 256); };
+    auto pass_turn = [&] { named_barrier_arrive(TURN + (warpgroup + 1) % Config::CONSUMERS, 256); };
+    const bool lagging = warpgroup == 0;
+    if (!lagging && first_q_tile < q_tiles) pass_turn();  // consumer 0 goes first
+    // end excerpt
+
     for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
         const int stage = read % STAGES;
         const int q_start = q_tile * BLOCK_Q;
         const uint32_t stage_bytes = stage * Config::Q_BYTES;
         mbarrier_wait(&q_full[stage], (read / STAGES) % 2);
+        wait_turn();
 
         // excerpt: s-dp
         // S^T = K Q^T and dP^T = V dO^T: 64 keys x BLOCK_Q queries each, two commit groups.
@@ -746,6 +813,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                                               advance_descriptor(do_kmajor, stage_bytes + kmajor_step(BLOCK_Q, step)),
                                               step > 0);
         wgmma_commit();
+        pass_turn();
         // end excerpt
 
         // This thread's keys (rows) and queries (columns), and what it needs of LSE and D.
@@ -826,25 +894,10 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
             ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
         }
-        // excerpt: gradients
-        // dK += dS^T Q and dV += P^T dO (A from registers), issued at once: they run while dS^T is
-        // stored and the consumers meet.
-        fence_registers(dk);
-        fence_registers(dv);
-        wgmma_fence();
-#pragma unroll
-        for (int step = 0; step < Q_STEPS; ++step)
-            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step],
-                                            advance_descriptor(q_mnmajor, stage_bytes + step * MN_STEP), 1);
-#pragma unroll
-        for (int step = 0; step < Q_STEPS; ++step)
-            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step],
-                                            advance_descriptor(do_mnmajor, stage_bytes + step * MN_STEP), 1);
-        wgmma_commit();
-        // end excerpt
-        // dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64 queries] in the 128-byte
-        // swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR with key % 8. Two
-        // buffers: one consumer may start on the next tile while the other still reads this one.
+        // This consumer's half of dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64
+        // queries] in the 128-byte swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR
+        // with key % 8. Two buffers, tiles j and j - 1: the turns order every write after the
+        // reads of the tile two before.
         bf16* ds_tile = ds_tiles + (read % 2) * BLOCK_KV * BLOCK_Q;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -856,29 +909,31 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                     ds_fragment[n / 2][(n % 2) * 2 + r];
         }
         fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
-        named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both halves written
-
-        // excerpt: dq-gemm
-        // The consumer's 64 x 64 piece of dQ = dS K (A = dS^T from shared memory), and
-        // rowsum(dS) = dS 1 over the consumer's own keys.
+        // excerpt: gradients
+        // dK += dS^T Q and dV += P^T dO (A from registers), and a piece of dQ: this tile's
+        // (consumer 1) or the previous tile's (consumer 0), whose halves of dS^T are both written.
+        wait_turn();
         float dq[32], ds_sum[Config::Q_SLABS][4];
+        fence_registers(dk);
+        fence_registers(dv);
         fence_registers(dq);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         wgmma_fence();
-        const uint32_t ds_bytes = (read % 2) * Config::DS_BYTES;
 #pragma unroll
-        for (int step = 0; step < KEY_STEPS; ++step)
-            Wgmma<64>::template ss<1, 1>(dq, advance_descriptor(ds_mnmajor, ds_bytes + ds_piece_bytes + step * MN_STEP),
-                                         advance_descriptor(k_piece, step * MN_STEP), step > 0);
+        for (int step = 0; step < Q_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step],
+                                            advance_descriptor(q_mnmajor, stage_bytes + step * MN_STEP), 1);
 #pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m)
-#pragma unroll
-            for (int step = 0; step < 4; ++step)
-                Wgmma<8>::template ss<1, 0>(
-                    ds_sum[m], advance_descriptor(ds_mnmajor, ds_bytes + (m * BLOCK_KV + key_row) * ROW + step * MN_STEP),
-                    advance_descriptor(ones_kmajor, kmajor_step(8, step)), step > 0);
+        for (int step = 0; step < Q_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step],
+                                            advance_descriptor(do_mnmajor, stage_bytes + step * MN_STEP), 1);
+        // On its first tile consumer 0 has no piece yet: it multiplies whatever buffer 1 holds and
+        // drops the result (a wgmma under a branch would make ptxas serialize them all).
+        const bool has_dq = !lagging || read > 0;
+        issue_dq(dq, ds_sum, lagging ? read - 1 : read);
         wgmma_commit();
+        pass_turn();
         // end excerpt
         wgmma_wait<0>();
         fence_registers(dk);
@@ -886,39 +941,29 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         fence_registers(dq);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
-        // Q, dO and this tile's dS^T have been read.
+        // Q and dO have been read.
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&q_empty[stage]);
-
-        // excerpt: dq-reduce
-        // The piece of dQ into the staging tile, once the previous tile's reduce-add has read it;
-        // then the copy engine adds it to the accumulator in device memory, where the query tile's
-        // pieces follow each other in consumer order.
-        const bool leader = threadIdx.x % 128 == 0;
-        if (leader) bulk_wait_read<0>();
-        named_barrier_sync(1 + warpgroup, 128);
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-            reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
-                make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
-        if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
-#pragma unroll
-            for (int m = 0; m < Config::Q_SLABS; ++m) {
-                rowsum_staging[m * 64 + warp * 16 + fragment_row] = ds_sum[m][0];
-                rowsum_staging[m * 64 + warp * 16 + fragment_row + 8] = ds_sum[m][2];
-            }
-        }
-        fence_proxy_async_shared();
-        named_barrier_sync(1 + warpgroup, 128);
-        if (leader) {
-            const int64_t tile = int64_t(head) * q_tiles + q_tile;
-            bulk_reduce_add_f32(dq_accumulator + tile * BLOCK_Q * HEAD_DIM + warpgroup * 64 * 64,
-                                smem_address(dq_staging), Config::DQ_BYTES);
-            bulk_reduce_add_f32(ds_rowsum + tile * BLOCK_Q, smem_address(rowsum_staging), Config::ROW_BYTES);
-            bulk_commit();
-        }
-        // end excerpt
+        if (has_dq) hand_over_dq(dq, ds_sum, lagging ? q_tile - 1 : q_tile);
     }
+    // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
+    if (lagging && first_q_tile < q_tiles) {
+        wait_turn();
+        float dq[32], ds_sum[Config::Q_SLABS][4];
+        fence_registers(dq);
+#pragma unroll
+        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
+        wgmma_fence();
+        issue_dq(dq, ds_sum, q_tiles - 1 - first_q_tile);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_registers(dq);
+#pragma unroll
+        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
+        hand_over_dq(dq, ds_sum, q_tiles - 1);
+    }
+    // Every dQ has read all of K before a consumer overwrites its rows with dK.
+    named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
 
     // dK (times scale) and dV to bf16, into this consumer's rows of the K and V tiles (the last
     // tile's GEMMs have read them), and out by TMA, which writes only keys < len_kv.
