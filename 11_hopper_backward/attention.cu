@@ -3,9 +3,11 @@
 // mbarrier ring by TMA; each of two consumer warpgroups owns 64 of the block's keys and, per
 // query tile, computes S^T = K Q^T and dP^T = V dO^T with wgmma from shared memory, P^T and
 // dS^T in registers, then dV += P^T dO and dK += dS^T Q with P^T and dS^T as the register
-// operand, and its share of dQ = dS K from a copy of dS^T in shared memory. dQ is summed in FP32
-// in device memory by the copy engine (cp.reduce.async.bulk), so no consumer ever waits for
-// another block; a last kernel scales it and rounds it to bf16. The forward that produces O and
+// operand, and its share of dQ = dS K from a copy of dS^T in shared memory. The consumers take
+// turns at issuing their wgmma, as stage 10's do, so that one's elementwise work runs under the
+// other's GEMMs. dQ is summed in FP32 in device memory by the copy engine
+// (cp.reduce.async.bulk), so no consumer ever waits for another block; a last kernel scales it
+// and rounds it to bf16. The forward that produces O and
 // LSE is stage 10's, verbatim (bench/check_forward_copy.py checks that it stays so).
 #include <algorithm>
 #include <climits>
@@ -451,7 +453,7 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 
 // One configuration. Two consumer warpgroups own 64 keys each (wgmma's M); a query tile is
 // BLOCK_Q rows, the N of S^T and dP^T. Shared memory: K and V of the block, STAGES of Q, dO,
-// LSE and D, the dS^T tile and one FP32 dQ staging tile per consumer.
+// LSE and D, two dS^T tiles and one FP32 dQ staging tile per consumer.
 template <int HEAD_DIM_>
 struct BackwardTiling {
     static constexpr int HEAD_DIM = HEAD_DIM_;

@@ -691,14 +691,23 @@ def backward_flow_11(plt, found):
     flow_arrow(axis, (2.8, 4.4), (3.8, 4.4), "TMA", offset=(0, 0.08))
     for consumer in range(c["CONSUMERS"]):
         y = 5.3 - consumer * 2.6
+        # Consumer 0 multiplies its piece of dQ a tile late: consumer 1's half of dS^T of tile j
+        # is not written yet when consumer 0 takes its second turn of tile j.
+        piece = "tile j - 1" if consumer == 0 else "tile j"
         flow_box(axis, 7.9, y, 3.0, 1.8, f"consumer {consumer}: keys {64 * consumer}-{64 * consumer + 63}\n"
-                 "Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (ss)\nPᵀ, dSᵀ in registers\n"
-                 "dV += Pᵀ dO, dK += dSᵀ Q (rs)", QUERY_COLOUR, size=7.5)
+                 "turn 1: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ (ss)\nthen Pᵀ, dSᵀ in registers\n"
+                 f"turn 2: dV += Pᵀ dO, dK += dSᵀ Q (rs)\n+ its dQ piece of {piece}", QUERY_COLOUR, size=7.5)
         flow_arrow(axis, (6.8, 4.4), (7.9, y + 0.9))
         flow_box(axis, 11.6, y + 0.4, 1.7, 1.0, "dK, dV\nin registers\n-> TMA store", VALUE_COLOUR, size=7.5)
         flow_arrow(axis, (10.9, y + 0.9), (11.6, y + 0.9))
-    flow_box(axis, 7.9, 0.2, 3.0, 1.6, "dSᵀ (both halves) in shared memory\n"
-             "each a 64 × 64 piece of dQ = dS K\n(ss, transposed A); rowsum(dS) = dS·1\n(N = 8) -> FP32 staging tiles",
+    # The consumers take turns at issuing their wgmma (named barriers, as in stage 10).
+    flow_arrow(axis, (8.15, 5.3), (8.15, 4.5))
+    flow_arrow(axis, (10.65, 4.5), (10.65, 5.3))
+    axis.text(9.4, 4.9, "turns at the tensor cores:\nbar.sync / bar.arrive", ha="center", va="center",
+              fontsize=7, family="monospace")
+    flow_box(axis, 7.9, 0.2, 3.0, 1.6, "dSᵀ (both halves) in shared memory,\n2 buffers: tiles j and j - 1\n"
+             "each a 64 × 64 piece of dQ = dS K (ss)\n+ rowsum(dS) = dS·1 (N = 8), of\n"
+             "tile j by c1, in its dK, dV turn,\nof tile j - 1 by c0 (one tile later)\n-> FP32 staging tiles",
              STATE_COLOUR, size=7.5)
     flow_arrow(axis, (9.4, 2.7), (9.4, 1.8))
     # Consumer 0's half of dS^T goes to the same shared tile: a path around consumer 1.
@@ -714,6 +723,100 @@ def backward_flow_11(plt, found):
     axis.set_title(f"Stage 11, one block per {c['BLOCK_KV']} keys: what flows where", fontsize=10,
                    loc="left")
     save(plt, figure, "11_backward_flow.png")
+
+
+def backward_turns_11(plt, found):
+    """11, lockstep against turns: when each consumer's GEMMs, Pᵀ, dSᵀ and dQ hand-over run
+    (schematic)."""
+    from matplotlib.patches import Rectangle
+    if found["11_hopper_backward"]["CONSUMERS"] != 2:
+        raise SystemExit("draw.py: 11_backward_turns.png draws the turns of two consumers: update it")
+    # One consumer's GEMMs: Sᵀ and dPᵀ (g1); dK and dV; its dQ piece with rowsum(dS). Its Pᵀ, dSᵀ
+    # (exp, dS, packing, its half of dSᵀ to shared memory); its dQ hand-over (staging, reduce-add).
+    g1, gkv, gq, ds, out = 2.0, 2.0, 1.2, 1.6, 1.4
+    g2 = gkv + gq
+    figure, axes = plt.subplots(2, 1, figsize=(13, 5.0), sharex=True)
+
+    def box(axis, x, y, width, label, colour, alpha=0.85):
+        axis.add_patch(Rectangle((x, y - 0.32), width, 0.64, facecolor=colour, alpha=alpha,
+                                 edgecolor="white"))
+        axis.text(x + width / 2, y, label, ha="center", va="center", fontsize=7, color="white",
+                  linespacing=1.1)
+
+    def tile(k):
+        return "j" if k == 0 else f"j{k:+d}"
+
+    wait, out_colour, dq_colour = "#b0b0b0", "#6a51a3", KEY_COLOUR
+    # Lockstep: both consumers issue Sᵀ, dPᵀ together and wait; compute Pᵀ, dSᵀ together while
+    # the tensor cores idle; issue dK, dV, meet, issue dQ, wait; hand dQ over together while the
+    # tensor cores idle again.
+    tiles = 2
+    x = 0.0
+    for k in range(tiles):
+        t = tile(k)
+        for consumer in range(2):
+            row = 2 - consumer
+            box(axes[0], x, row, 2 * g1, f"wait for Sᵀ, dPᵀ {t}", wait)
+            box(axes[0], x + 2 * g1, row, ds, f"Pᵀ, dSᵀ {t}", STATE_COLOUR)
+            box(axes[0], x + 2 * g1 + ds, row, 2 * g2, "meet (bar.sync); wait for dK, dV, dQ", wait)
+            box(axes[0], x + 2 * g1 + ds + 2 * g2, row, out, f"dQ {t}\nout", out_colour)
+        box(axes[0], x, 0, g1, f"Sᵀ, dPᵀ {t}\nc0", QUERY_COLOUR)
+        box(axes[0], x + g1, 0, g1, f"Sᵀ, dPᵀ {t}\nc1", QUERY_COLOUR)
+        start = x + 2 * g1 + ds
+        box(axes[0], start, 0, gkv, f"dK, dV {t}\nc0", VALUE_COLOUR)
+        box(axes[0], start + gkv, 0, gkv, f"dK, dV {t}\nc1", VALUE_COLOUR)
+        box(axes[0], start + 2 * gkv, 0, gq, f"dQ {t}\nc0", dq_colour)
+        box(axes[0], start + 2 * gkv + gq, 0, gq, f"dQ {t}\nc1", dq_colour)
+        x += 2 * g1 + ds + 2 * g2 + out
+    end = x
+    # Turns: G1 of consumer 0, G1 of consumer 1, G2 of consumer 0 (with its dQ piece of the
+    # previous tile), G2 of consumer 1 (with its piece of this tile). A consumer computes Pᵀ, dSᵀ
+    # or hands dQ over while the other one's GEMMs run; the tensor cores never wait. Steady
+    # state from tile j on: the row starts with consumer 1 handing over its piece of tile j - 1.
+    period = 2 * g1 + 2 * g2
+    turns = [0.0]
+    for k in range(-1, int(end / period) + 1):
+        t, x = tile(k), k * period
+        phases = [  # (row, start, width, label, colour)
+            (0, x, g1, f"Sᵀ, dPᵀ {t}\nc0", QUERY_COLOUR),
+            (0, x + g1, g1, f"Sᵀ, dPᵀ {t}\nc1", QUERY_COLOUR),
+            (0, x + 2 * g1, gkv, f"dK, dV {t}\nc0", VALUE_COLOUR),
+            (0, x + 2 * g1 + gkv, gq, f"dQ {tile(k - 1)}\nc0", dq_colour),
+            (0, x + 2 * g1 + g2, gkv, f"dK, dV {t}\nc1", VALUE_COLOUR),
+            (0, x + 2 * g1 + g2 + gkv, gq, f"dQ {t}\nc1", dq_colour),
+            (2, x, g1, "Sᵀ, dPᵀ run", wait),
+            (2, x + g1, ds, f"Pᵀ, dSᵀ {t}", STATE_COLOUR),
+            (2, x + 2 * g1, g2, "dK, dV, dQ run", wait),
+            (2, x + 2 * g1 + g2, out, f"dQ {tile(k - 1)}\nout", out_colour),
+            (1, x + g1, g1, "Sᵀ, dPᵀ run", wait),
+            (1, x + 2 * g1, ds, f"Pᵀ, dSᵀ {t}", STATE_COLOUR),
+            (1, x + 2 * g1 + g2, g2, "dK, dV, dQ run", wait),
+            (1, x + period, out, f"dQ {t}\nout", out_colour),
+        ]
+        for row, start, width, label, colour in phases:  # cut at the end of the top panel
+            if 0 <= start < end - 0.5:
+                if start + width > end:  # a shorter box: its label on two lines
+                    width, label = end - start, "\n".join(label.rsplit(" ", 1))
+                box(axes[1], start, row, width, label, colour)
+        turns += [x + g1, x + 2 * g1, x + 2 * g1 + g2, x + period]
+    for boundary in turns:
+        if 0 < boundary < end:
+            axes[1].axvline(boundary, color="#555555", linestyle=":", linewidth=0.8, zorder=0)
+    for axis, title in ((axes[0], "lockstep (before): the consumers issue together, compute Pᵀ, dSᵀ together "
+                                  "and hand dQ over together; the tensor cores idle meanwhile"),
+                        (axes[1], "turns (now; dotted lines: bar.arrive passes the turn, bar.sync takes it): "
+                                  "one consumer computes Pᵀ, dSᵀ or hands dQ over under the other's GEMMs")):
+        axis.set_yticks([0, 1, 2])
+        axis.set_yticklabels(["tensor cores", "consumer 1", "consumer 0"])
+        axis.set_ylim(-0.6, 2.6)
+        axis.set_title(title, fontsize=9.5, loc="left")
+        for spine in ("top", "right"):
+            axis.spines[spine].set_visible(False)
+    axes[1].set_xlim(0, end + 0.2)
+    axes[1].set_xticks([])
+    axes[1].set_xlabel("time (schematic: durations are illustrative, not measured; the chapter's "
+                       "profile has the real numbers)")
+    save(plt, figure, "11_backward_turns.png")
 
 
 def main():
@@ -742,6 +845,7 @@ def main():
     warp_roles_09(plt, found)
     pingpong_10(plt, found)
     backward_flow_11(plt, found)
+    backward_turns_11(plt, found)
     with open(MANIFEST, "w") as handle:
         json.dump(found, handle, indent=2, sort_keys=True)
         handle.write("\n")
