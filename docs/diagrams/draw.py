@@ -406,24 +406,16 @@ def pipeline(plt, found):
         x += qk + softmax + pv
         axes[1].axvline(x, color="#333333", linewidth=0.8, linestyle=":")
         x += 0.15
-    for axis, title in ((axes[0], "05: load, wait, compute: the copy engine and the tensor cores "
-                                  "take turns"),
-                        (axes[1], f"06: while tile j is computed, the cp.async group of tile j + 1 "
-                                  f"is in flight ({constants_06['K_BUFFERS']} K buffers, "
-                                  f"{constants_06['V_BUFFERS']} V buffer"
-                                  f"{'s' if constants_06['V_BUFFERS'] > 1 else ''}); "
-                                  "dotted: cp.async.wait_group 0 + __syncthreads")):
-        axis.set_yticks([0, 1])
-        axis.set_yticklabels(["warps (mma, softmax)", "cp.async in flight"])
-        axis.set_ylim(-0.6, 1.6)
-        axis.set_title(title, fontsize=9.5, loc="left")
-        for spine in ("top", "right"):
-            axis.spines[spine].set_visible(False)
-    axes[1].set_xlim(0, end_05 + 0.2)
-    axes[1].set_xticks([])
-    axes[1].set_xlabel("time (schematic: lengths are not measured; the chapter's profile gives "
-                       "the real stalls)")
-    save(plt, figure, "06_pipeline.png")
+    finish_timeline(plt, figure, axes, end_05, "06_pipeline.png",
+                    ("05: load, wait, compute: the copy engine and the tensor cores take turns",
+                     f"06: while tile j is computed, the cp.async group of tile j + 1 "
+                     f"is in flight ({constants_06['K_BUFFERS']} K buffers, "
+                     f"{constants_06['V_BUFFERS']} V buffer"
+                     f"{'s' if constants_06['V_BUFFERS'] > 1 else ''}); "
+                     "dotted: cp.async.wait_group 0 + __syncthreads"),
+                    rows=("warps (mma, softmax)", "cp.async in flight"),
+                    xlabel="time (schematic: lengths are not measured; the chapter's profile gives "
+                           "the real stalls)")
 
 
 def backward_loop(plt, found):
@@ -618,6 +610,24 @@ def warp_roles_09(plt, found):
     save(plt, figure, "09_warp_roles.png")
 
 
+def finish_timeline(plt, figure, axes, end, name, titles,
+                    rows=("tensor cores", "consumer 1", "consumer 0"),
+                    xlabel="time (schematic: durations are illustrative, not measured; the "
+                           "chapter's profile has the real numbers)"):
+    """The two panels of a schematic timeline (06, 10, 11): rows bottom to top, titles, time."""
+    for axis, title in zip(axes, titles):
+        axis.set_yticks(list(range(len(rows))))
+        axis.set_yticklabels(list(rows))
+        axis.set_ylim(-0.6, len(rows) - 0.4)
+        axis.set_title(title, fontsize=9.5, loc="left")
+        for spine in ("top", "right"):
+            axis.spines[spine].set_visible(False)
+    axes[1].set_xlim(0, end + 0.2)
+    axes[1].set_xticks([])
+    axes[1].set_xlabel(xlabel)
+    save(plt, figure, name)
+
+
 def pingpong_10(plt, found):
     """10 against 09: when each consumer's GEMMs and softmax run (schematic)."""
     from matplotlib.patches import Rectangle
@@ -658,22 +668,12 @@ def pingpong_10(plt, found):
         box(axes[1], start, 2 - consumer, turn, f"its GEMMs run", wait)
         if start + turn + softmax <= end:
             box(axes[1], start + turn, 2 - consumer, softmax, f"softmax S{j + 1}", STATE_COLOUR)
-    for axis, title in ((axes[0], "09: the consumers run in step; the tensor cores idle while both "
-                                  "compute the softmax"),
-                        (axes[1], "10: on its turn (bar.sync / bar.arrive) a consumer issues "
-                                  "S_{j+1} with P_j V_j, then computes the softmax of S_{j+1} "
-                                  "under the other consumer's GEMMs")):
-        axis.set_yticks([0, 1, 2])
-        axis.set_yticklabels(["tensor cores", "consumer 1", "consumer 0"])
-        axis.set_ylim(-0.6, 2.6)
-        axis.set_title(title, fontsize=9.5, loc="left")
-        for spine in ("top", "right"):
-            axis.spines[spine].set_visible(False)
-    axes[1].set_xlim(0, end + 0.2)
-    axes[1].set_xticks([])
-    axes[1].set_xlabel("time (schematic: durations are illustrative, not measured; the chapter's "
-                       "profile has the real numbers)")
-    save(plt, figure, "10_pingpong.png")
+    finish_timeline(plt, figure, axes, end, "10_pingpong.png",
+                    ("09: the consumers run in step; the tensor cores idle while both "
+                     "compute the softmax",
+                     "10: on its turn (bar.sync / bar.arrive) a consumer issues "
+                     "S_{j+1} with P_j V_j, then computes the softmax of S_{j+1} "
+                     "under the other consumer's GEMMs"))
 
 
 def backward_flow_11(plt, found):
@@ -802,21 +802,11 @@ def backward_turns_11(plt, found):
     for boundary in turns:
         if 0 < boundary < end:
             axes[1].axvline(boundary, color="#555555", linestyle=":", linewidth=0.8, zorder=0)
-    for axis, title in ((axes[0], "lockstep (before): the consumers issue together, compute Pᵀ, dSᵀ together "
-                                  "and hand dQ over together; the tensor cores idle meanwhile"),
-                        (axes[1], "turns (now; dotted lines: bar.arrive passes the turn, bar.sync takes it): "
-                                  "one consumer computes Pᵀ, dSᵀ or hands dQ over under the other's GEMMs")):
-        axis.set_yticks([0, 1, 2])
-        axis.set_yticklabels(["tensor cores", "consumer 1", "consumer 0"])
-        axis.set_ylim(-0.6, 2.6)
-        axis.set_title(title, fontsize=9.5, loc="left")
-        for spine in ("top", "right"):
-            axis.spines[spine].set_visible(False)
-    axes[1].set_xlim(0, end + 0.2)
-    axes[1].set_xticks([])
-    axes[1].set_xlabel("time (schematic: durations are illustrative, not measured; the chapter's "
-                       "profile has the real numbers)")
-    save(plt, figure, "11_backward_turns.png")
+    finish_timeline(plt, figure, axes, end, "11_backward_turns.png",
+                    ("lockstep (before): the consumers issue together, compute Pᵀ, dSᵀ together "
+                     "and hand dQ over together; the tensor cores idle meanwhile",
+                     "turns (now; dotted lines: bar.arrive passes the turn, bar.sync takes it): "
+                     "one consumer computes Pᵀ, dSᵀ or hands dQ over under the other's GEMMs"))
 
 
 def main():
