@@ -461,8 +461,8 @@ struct BackwardTiling {
     static constexpr int THREADS = 128 * (1 + CONSUMERS);
     static constexpr int BLOCK_KV = 64 * CONSUMERS;  // Bc
     // Br: 128 queries at D = 64, where the registers hold two 64 x 128 score tiles (S^T, dP^T
-    // with N = 128 keep the tensor cores fed from shared memory, and a block meets, waits and
-    // reduces half as often per query); 64 at D = 128, where dK and dV take 128 of them.
+    // with N = 128 keep the tensor cores fed from shared memory, and a consumer waits and hands
+    // dQ over half as often per query); 64 at D = 128, where dK and dV take 128 of them.
     static constexpr int BLOCK_Q = HEAD_DIM == 64 ? 128 : 64;
     static constexpr int STAGES = 2;
     static constexpr int SLABS = HEAD_DIM / 64;
@@ -725,8 +725,9 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     float* delta_partials = reinterpret_cast<float*>(base + Config::PARTIALS_OFFSET);
 
     // excerpt: dq-gemm
-    // A consumer's 64 x 64 piece of dQ = dS K for the tile read `read`-th (A = dS^T from shared
-    // memory), and rowsum(dS) = dS 1 over the consumer's own keys. The caller fences and commits.
+    // A consumer's 64 x 64 piece of dQ = dS K for the `read`-th query tile of the walk (A = dS^T
+    // from shared memory), and rowsum(dS) = dS 1 over the consumer's own keys. The caller fences
+    // and commits.
     using DsSums = float[Config::Q_SLABS][4];
     auto issue_dq = [&](float (&dq)[32], DsSums& ds_sum, int read) {
         const uint32_t ds_bytes = (read & 1) * Config::DS_BYTES;  // read = -1: buffer 1
