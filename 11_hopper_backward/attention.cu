@@ -947,7 +947,15 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         // Q and dO have been read.
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&q_empty[stage]);
-        if (has_dq) hand_over_dq(dq, ds_sum, lagging ? q_tile - 1 : q_tile);
+        if (has_dq) {
+            hand_over_dq(dq, ds_sum, lagging ? q_tile - 1 : q_tile);
+        } else {
+            // No piece yet, but the same two barriers: racecheck takes an exchange between warps
+            // that have passed different numbers of barriers for a race even where a barrier
+            // orders it, and the exact D's exchange comes next (docs/sanitizers.md).
+            named_barrier_sync(1 + warpgroup, 128);
+            named_barrier_sync(1 + warpgroup, 128);
+        }
     }
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (lagging && first_q_tile < q_tiles) {
