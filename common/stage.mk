@@ -8,8 +8,9 @@
 #   NVCC_EXTRA  extra nvcc flags of the stage (optional)
 #   SOURCE      the launcher's file (default: attention.cu beside the Makefile)
 #   STAGE       the name in reports (default: the folder's name)
-# Outputs go to build/<STAGE>/ at the repository root: test_<STAGE>, bench_<STAGE>, build.log,
-# obj/attention.o; the objects the suites share go to build/common/<ARCH>/.
+# Outputs go to build/<STAGE>/ at the repository root: test_<STAGE>, bench_<STAGE>,
+# libattention_<STAGE>.so (the C ABI of common/attention_c.h), build.log, obj/attention.o; the
+# objects the suites share go to build/common/<ARCH>/.
 
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST)))/..)
 COMMON    := $(ROOT)/common
@@ -46,7 +47,10 @@ NCU_GOALS       := profile
 NVCC_GOALS      := all test bench sanitize profile common-objects common-bench-objects
 include $(COMMON)/deps.mk
 
-BASE_FLAGS := -std=c++17 -O3 -lineinfo -I$(COMMON) \
+# Every object is position independent: the test and benchmark binaries and the shared library
+# link the same objects, so that no stage's attention.cu is compiled twice.
+PIC_FLAGS  := -Xcompiler -fPIC
+BASE_FLAGS := -std=c++17 -O3 -lineinfo -I$(COMMON) $(PIC_FLAGS) \
               -Xcompiler -Wall,-Wextra -Xcudafe --display_error_number $(NVCC_EXTRA)
 NVCCFLAGS  := $(BASE_FLAGS) $(DEFINES) $(ARCH_FLAGS)
 LDLIBS    := -lcublas
@@ -71,17 +75,23 @@ TEST_OBJECTS  := $(addprefix $(COMMON_BUILD)/$(DTYPE_VARIANT)/,test_main.o test_
 BENCH_OBJECTS := $(COMMON_BUILD)/$(FULL_VARIANT)/bench.o $(COMMON_BUILD)/ceilings.o
 STAGE_OBJECT  := $(BUILD)/obj/attention.o
 NAME_OBJECT   := $(BUILD)/obj/stage_name.o
+# The C ABI (common/attention_c.h) depends on the element type and the backward pass.
+C_API_OBJECT  := $(COMMON_BUILD)/$(FULL_VARIANT)/c_api.o
+# The library needs the launcher and what it calls, not the FP64 reference.
+LIB_OBJECTS   := $(STAGE_OBJECT) $(NAME_OBJECT) $(C_API_OBJECT) \
+                 $(filter-out %/reference.o %/reference_backward.o,$(HARNESS_OBJECTS))
 
 TEST_BIN  := $(BUILD)/test_$(STAGE)
 BENCH_BIN := $(BUILD)/bench_$(STAGE)
+LIB       := $(BUILD)/libattention_$(STAGE).so
 
 .PHONY: all test bench sanitize profile clean check-nvcc common-objects common-bench-objects
 .DEFAULT_GOAL := all
 
-all: $(TEST_BIN) $(BENCH_BIN)
+all: $(TEST_BIN) $(BENCH_BIN) $(LIB)
 
 # What the suite shares with the other suites of its variant (built first by the top level).
-common-objects: $(HARNESS_OBJECTS) $(TEST_OBJECTS) $(BENCH_OBJECTS)
+common-objects: $(HARNESS_OBJECTS) $(TEST_OBJECTS) $(BENCH_OBJECTS) $(C_API_OBJECT)
 common-bench-objects: $(HARNESS_OBJECTS) $(BENCH_OBJECTS)
 
 check-nvcc:
@@ -100,7 +110,7 @@ $(STAGE_OBJECT): $(SOURCE) $(wildcard $(COMMON)/*.h $(COMMON)/*.cuh) | check-nvc
 # Host code only: the suite's name for the shared objects.
 $(NAME_OBJECT): $(COMMON)/stage_name.cpp $(COMMON)/stage_name.h | check-nvcc
 	@mkdir -p $(dir $@)
-	@$(NVCC) -std=c++17 -I$(COMMON) -DATTENTION_STAGE_NAME='"$(STAGE)"' -c $< -o $@
+	@$(NVCC) -std=c++17 -I$(COMMON) $(PIC_FLAGS) -DATTENTION_STAGE_NAME='"$(STAGE)"' -c $< -o $@
 
 $(BUILD)/obj/test_%.o: $(STAGE_DIR)/test_%.cu $(COMMON_HEADERS) | check-nvcc
 	@mkdir -p $(dir $@)
@@ -126,11 +136,26 @@ $(COMMON_BUILD)/$(1)/%.o: $(COMMON)/%.cpp $(COMMON_HEADERS) | check-nvcc
 endef
 $(foreach variant,$(sort $(DTYPE_VARIANT) $(FULL_VARIANT)),$(eval $(call VARIANT_RULE,$(variant))))
 
-$(TEST_BIN): $(TEST_OBJECTS) $(STAGE_OBJECT) $(NAME_OBJECT) $(HARNESS_OBJECTS)
+$(TEST_BIN): $(TEST_OBJECTS) $(C_API_OBJECT) $(STAGE_OBJECT) $(NAME_OBJECT) $(HARNESS_OBJECTS)
 	@$(NVCC) $(NVCCFLAGS) $^ -o $@ $(LDLIBS)
 
 $(BENCH_BIN): $(BENCH_OBJECTS) $(STAGE_OBJECT) $(NAME_OBJECT) $(HARNESS_OBJECTS)
 	@$(NVCC) $(NVCCFLAGS) $^ -o $@ $(LDLIBS)
+
+# The stage's C ABI, for ctypes (common/stage_abi.py), the PyTorch package and the benchmark
+# driver, which load several stages' libraries into one process. Every stage defines the same
+# C++ and C names, so the version script exports the attention_c_* functions alone and keeps
+# everything else local (-Bsymbolic binds even those to the library's own definitions): each
+# library calls its own code whatever else is loaded. The CUDA runtime is linked statically
+# (nvcc's default): the library loads without a libcudart on the loader's path and beside a
+# framework's own runtime of another version; device memory and streams belong to the driver
+# and are shared. cuBLAS stays a shared library, needed only by the suites that call it.
+# --no-undefined: a missing object fails here, not at the first dlopen.
+LIB_LDFLAGS := -shared -Xlinker --version-script=$(COMMON)/attention_c.map -Xlinker -Bsymbolic \
+               -Xlinker --no-undefined -Xlinker --as-needed
+$(LIB): $(LIB_OBJECTS) $(COMMON)/attention_c.map
+	@echo "nvcc -shared -> $(subst $(ROOT)/,,$@)"
+	@$(NVCC) $(NVCCFLAGS) $(LIB_LDFLAGS) $(LIB_OBJECTS) -o $@ $(LDLIBS)
 
 # Runs the suite; its listener writes the one-line summary that the top-level `make test` sums.
 test: $(TEST_BIN)

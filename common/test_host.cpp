@@ -5,8 +5,10 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "attention_c.h"
 #include "online_softmax.h"
 #include "reference.h"
 #include "stage_name.h"
@@ -452,4 +454,213 @@ TEST_CASE("workspace: sizes saturate instead of wrapping around") {
     const AttentionShape huge =
         make_shape(1 << 20, (1 << 11) - 1, caps.max_len_q, caps.max_len_kv, caps.head_dims.front());
     CHECK(attention_workspace_bytes(huge) >= attention_workspace_bytes(large));
+}
+
+// ---- the C ABI (common/attention_c.h), as the suite's shared library exports it -----------
+
+namespace {
+
+AttentionCShape c_shape(const AttentionShape& shape) {
+    return {shape.batch, shape.heads,    shape.len_q,          shape.len_kv,
+            shape.head_dim, shape.causal ? 1 : 0, shape.scale};
+}
+
+std::string c_error() { return attention_c_last_error(); }
+
+// Refused as bad input, with a message holding each of `needles`.
+void expect_c_refused(int code, std::initializer_list<std::string> needles) {
+    const std::string message = c_error();
+    INFO("code ", code, ", message: ", message);
+    CHECK(code == ATTENTION_C_INVALID_ARGUMENT);
+    for (const std::string& needle : needles) CHECK(message.find(needle) != std::string::npos);
+}
+
+}  // namespace
+
+TEST_CASE("C ABI: the capability record is the stage's stage_capabilities()") {
+    CHECK(attention_c_abi_version() == ATTENTION_C_ABI_VERSION);
+    AttentionCCapabilities record;
+    std::memset(&record, 0xAB, sizeof record);
+    REQUIRE(attention_c_capabilities(&record) == ATTENTION_C_OK);
+    CHECK(c_error() == "");
+    const StageCapabilities& caps = stage_capabilities();
+    CHECK(std::string(record.name) == caps.name);
+    CHECK(std::string(record.name) == attention_stage_name());
+    CHECK(std::string(record.dtype) == caps.dtype);
+    REQUIRE(record.head_dim_count == int(caps.head_dims.size()));
+    for (int i = 0; i < 8; ++i)
+        CHECK(record.head_dims[i] == (i < record.head_dim_count ? caps.head_dims[size_t(i)] : 0));
+    CHECK(record.max_len_q == caps.max_len_q);
+    CHECK(record.max_len_kv == caps.max_len_kv);
+    CHECK(record.causal == int(caps.causal));
+    CHECK(record.backward == int(caps.backward));
+    CHECK(record.alignment_bytes == caps.alignment_bytes);
+    CHECK(record.compute_capability == caps.compute_capability);
+}
+
+TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming the field") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape shape = make_shape(1, 1, 4, 4, caps.head_dims.front());
+    const AttentionCShape good = c_shape(shape);
+    PoisonedHostBuffers b(shape);
+    auto forward = [&](const void* q, const AttentionCShape* s) {
+        return attention_c_forward(q, b.k.data(), b.v.data(), b.o.data(), b.lse.data(), s, nullptr);
+    };
+    expect_c_refused(forward(nullptr, &good), {"q = null", "allowed"});
+    expect_c_refused(forward(b.q.data(), nullptr), {"shape = null"});
+    AttentionCShape bad = good;
+    bad.head_dim = 72;
+    expect_c_refused(forward(b.q.data(), &bad), {"head_dim = 72", caps.name});
+    bad = good, bad.len_kv = 0;
+    expect_c_refused(forward(b.q.data(), &bad), {"len_kv = 0"});
+    bad = good, bad.causal = 2;  // a C int, not a bool: only 0 and 1 mean something
+    expect_c_refused(forward(b.q.data(), &bad), {"causal = 2"});
+    bad = good, bad.scale = -1.0f;
+    expect_c_refused(forward(b.q.data(), &bad), {"scale = -1"});
+    CHECK(b.untouched());
+
+    size_t bytes = 123;
+    bad = good, bad.head_dim = 72;
+    expect_c_refused(attention_c_workspace_bytes(&bad, &bytes), {"head_dim = 72"});
+    CHECK(bytes == 0);
+    expect_c_refused(attention_c_workspace_bytes(nullptr, &bytes), {"shape = null"});
+    expect_c_refused(attention_c_workspace_bytes(&good, nullptr), {"bytes = null"});
+    expect_c_refused(attention_c_backward_workspace_bytes(&good, nullptr), {"bytes = null"});
+    expect_c_refused(attention_c_capabilities(nullptr), {"out = null"});
+}
+
+TEST_CASE("C ABI: a success clears the last error, and each thread has its own") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape shape = make_shape(2, 4, 64, 64, caps.head_dims.front());
+    const AttentionCShape c = c_shape(shape);
+    REQUIRE(attention_c_capabilities(nullptr) == ATTENTION_C_INVALID_ARGUMENT);
+    REQUIRE(c_error().find("out = null") != std::string::npos);
+
+    std::string other_before = "unset", other_after = "unset";
+    int other_code = -1;
+    std::thread([&] {
+        other_before = attention_c_last_error();
+        AttentionCShape bad = c;
+        bad.batch = -3;
+        size_t bytes = 0;
+        other_code = attention_c_workspace_bytes(&bad, &bytes);
+        other_after = attention_c_last_error();
+    }).join();
+    CHECK(other_before == "");  // this thread's failure is not the other thread's
+    CHECK(other_code == ATTENTION_C_INVALID_ARGUMENT);
+    CHECK(other_after.find("batch = -3") != std::string::npos);
+    CHECK(c_error().find("out = null") != std::string::npos);  // nor the other way round
+
+    size_t bytes = 1;
+    REQUIRE(attention_c_workspace_bytes(&c, &bytes) == ATTENTION_C_OK);
+    CHECK(c_error() == "");
+    CHECK(bytes == attention_workspace_bytes(shape));
+}
+
+TEST_CASE("C ABI: the backward pass where the stage has one, a plain refusal where not") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape shape = make_shape(1, 2, 17, 33, caps.head_dims.front(), true);
+    const AttentionCShape c = c_shape(shape);
+    PoisonedHostBuffers b(shape);
+    std::vector<Element> dout(b.o.size()), dq(b.q.size()), dk(b.k.size()), dv(b.v.size());
+    size_t bytes = 123;
+    const int workspace_code = attention_c_backward_workspace_bytes(&c, &bytes);
+#ifdef ATTENTION_HAS_BACKWARD
+    CHECK(workspace_code == ATTENTION_C_OK);
+    CHECK(bytes == attention_backward_workspace_bytes(shape));
+    expect_c_refused(attention_c_backward(b.q.data(), b.k.data(), b.v.data(), b.o.data(),
+                                          b.lse.data(), dout.data(), nullptr, dk.data(),
+                                          dv.data(), &c, nullptr),
+                     {"dq = null"});
+#else
+    const std::string no_backward = std::string("attention: ") + caps.name + " has no backward pass";
+    expect_c_refused(workspace_code, {no_backward});
+    CHECK(bytes == 0);
+    expect_c_refused(attention_c_backward(b.q.data(), b.k.data(), b.v.data(), b.o.data(),
+                                          b.lse.data(), dout.data(), dq.data(), dk.data(),
+                                          dv.data(), &c, nullptr),
+                     {no_backward});
+#endif
+    CHECK(b.untouched());
+}
+
+TEST_CASE("C ABI: a launch that fails past validation: no GPU gives ATTENTION_C_RUNTIME_ERROR, "
+          "host memory on a GPU ATTENTION_C_INVALID_ARGUMENT") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape shape = make_shape(1, 1, 4, 4, caps.head_dims.front());
+    const AttentionCShape c = c_shape(shape);
+    PoisonedHostBuffers b(shape);
+    const int code = attention_c_forward(b.q.data(), b.k.data(), b.v.data(), b.o.data(),
+                                         b.lse.data(), &c, nullptr);
+    const std::string message = c_error();
+    INFO("GPU visible: ", gpu_available(), ", code ", code, ", message: ", message);
+    if (gpu_available()) {
+        // Valid as far as the host can tell; the device's answer refuses the host memory.
+        CHECK(code == ATTENTION_C_INVALID_ARGUMENT);
+        CHECK(message.find("q = ") != std::string::npos);
+        CHECK(message.find("host memory") != std::string::npos);
+    } else {
+        // Nothing can tell host from device memory without a GPU: the CUDA call (or, for a
+        // Hopper stage, the GPU check) fails, as a runtime error with its message.
+        CHECK(code == ATTENTION_C_RUNTIME_ERROR);
+        CHECK_FALSE(message.empty());
+        cudaGetLastError();  // leave no CUDA error to the next case
+    }
+    CHECK(b.untouched());
+}
+
+TEST_CASE("C ABI: the forward, and the backward, through the C ABI equal the C++ launcher's (GPU)" *
+          doctest::skip(!stage_gpu_usable())) {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape shape = make_shape(2, 3, 65, 130, caps.head_dims.back(), caps.causal);
+    const AttentionCShape c = c_shape(shape);
+    const uint64_t seed = fresh_seed();
+    INFO("seed ", seed, " shape ", shape.to_string());
+    auto device = [](size_t count, uint64_t s) {
+        DeviceBuffer<Element> buffer(count);
+        buffer.upload(from_float<Element>(stage_inputs(count, s)));
+        return buffer;
+    };
+    const size_t q_count = size_t(shape.q_elements()), kv_count = size_t(shape.kv_elements());
+    const DeviceBuffer<Element> q = device(q_count, seed), k = device(kv_count, seed + 1),
+                                v = device(kv_count, seed + 2);
+    DeviceBuffer<Element> o_cpp(q_count), o_c(q_count);
+    DeviceBuffer<float> lse_cpp(size_t(shape.lse_elements())), lse_c(size_t(shape.lse_elements()));
+    o_c.poison(), lse_c.poison();
+    cudaStream_t stream = nullptr;
+    REQUIRE(cudaStreamCreate(&stream) == cudaSuccess);
+    attention_forward(q.data(), k.data(), v.data(), o_cpp.data(), lse_cpp.data(), shape, stream);
+    const int code =
+        attention_c_forward(q.data(), k.data(), v.data(), o_c.data(), lse_c.data(), &c, stream);
+    INFO("message: ", c_error());
+    REQUIRE(code == ATTENTION_C_OK);
+    CHECK(c_error() == "");
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    // The forward is deterministic: the same kernels on the same inputs, bit for bit.
+    const std::vector<Element> o_expected = o_cpp.download(), o_got = o_c.download();
+    CHECK(std::memcmp(o_expected.data(), o_got.data(), o_got.size() * sizeof(Element)) == 0);
+    const std::vector<float> lse_expected = lse_cpp.download(), lse_got = lse_c.download();
+    CHECK(std::memcmp(lse_expected.data(), lse_got.data(), lse_got.size() * sizeof(float)) == 0);
+#ifdef ATTENTION_HAS_BACKWARD
+    const DeviceBuffer<Element> dout = device(q_count, seed + 3);
+    DeviceBuffer<Element> dq_cpp(q_count), dk_cpp(kv_count), dv_cpp(kv_count);
+    DeviceBuffer<Element> dq_c(q_count), dk_c(kv_count), dv_c(kv_count);
+    dq_c.poison(), dk_c.poison(), dv_c.poison();
+    attention_backward(q.data(), k.data(), v.data(), o_cpp.data(), lse_cpp.data(), dout.data(),
+                       dq_cpp.data(), dk_cpp.data(), dv_cpp.data(), shape, stream);
+    REQUIRE(attention_c_backward(q.data(), k.data(), v.data(), o_cpp.data(), lse_cpp.data(),
+                                 dout.data(), dq_c.data(), dk_c.data(), dv_c.data(), &c,
+                                 stream) == ATTENTION_C_OK);
+    REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    // dQ is summed by atomics (07) or the copy engine's reduce-add (11), in no fixed order:
+    // equal up to the order of FP32 additions, then one bf16 rounding.
+    for (auto [expected, got] : {std::pair{&dq_cpp, &dq_c}, {&dk_cpp, &dk_c}, {&dv_cpp, &dv_c}}) {
+        const std::vector<float> e = to_float(expected->download()), g = to_float(got->download());
+        const ErrorStats error = compare(g, std::vector<double>(e.begin(), e.end()));
+        INFO(error.to_string());
+        CHECK(error.non_finite == 0);
+        CHECK(error.relative_l2 < 1e-2);
+    }
+#endif
+    cudaStreamDestroy(stream);
 }
