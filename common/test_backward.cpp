@@ -3,8 +3,10 @@
 // GPU cases compare the stage's dQ, dK, dV with it over the shape matrix of DESIGN.md.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "reference.h"
@@ -131,40 +133,85 @@ void check_gradient(const char* name, std::vector<Element> raw, size_t count,
     CHECK(error.relative_l2 <= tolerance());
 }
 
+// dQ, dK and dV as downloaded, each with its kGuard poisoned elements after the end.
+struct Gradients {
+    std::vector<Element> dq, dk, dv;
+};
+
+// One backward case: fresh random inputs (rounded as the stage sees them) on the device, O and
+// LSE from the stage's own forward, and the FP64 reference gradients. run() may be called again
+// and again on the same inputs.
+class BackwardCase {
+public:
+    explicit BackwardCase(const AttentionShape& shape, uint64_t seed = fresh_seed())
+        : shape_(shape),
+          seed_(seed),
+          q_(stage_inputs(size_t(shape.q_elements()), seed_)),
+          k_(stage_inputs(size_t(shape.kv_elements()), seed_ + 1)),
+          v_(stage_inputs(size_t(shape.kv_elements()), seed_ + 2)),
+          dout_(stage_inputs(q_.size(), seed_ + 3)),
+          q_dev_(q_.size()), k_dev_(k_.size()), v_dev_(v_.size()), do_dev_(q_.size()),
+          o_dev_(q_.size()), lse_dev_(size_t(shape.lse_elements())),
+          dq_ref_(q_.size()), dk_ref_(k_.size()), dv_ref_(v_.size()) {
+        q_dev_.upload(from_float<Element>(q_));
+        k_dev_.upload(from_float<Element>(k_));
+        v_dev_.upload(from_float<Element>(v_));
+        do_dev_.upload(from_float<Element>(dout_));
+        // The stage's own forward produces the O and LSE its backward consumes. Poisoned first:
+        // an element the forward leaves unwritten turns the gradients into NaN; and initcheck,
+        // blind to the copy engine's writes (11's forward stores O by TMA), sees O initialized.
+        o_dev_.poison();
+        lse_dev_.poison();
+        attention_forward(q_dev_.data(), k_dev_.data(), v_dev_.data(), o_dev_.data(),
+                          lse_dev_.data(), shape_);
+        reference_backward(shape_, q_.data(), k_.data(), v_.data(), dout_.data(), dq_ref_.data(),
+                           dk_ref_.data(), dv_ref_.data());
+    }
+
+    // The stage's backward into NaN-poisoned dQ, dK, dV with guard elements after the end.
+    Gradients run() const {
+        DeviceBuffer<Element> dq_dev(q_.size() + kGuard), dk_dev(k_.size() + kGuard),
+            dv_dev(v_.size() + kGuard);
+        dq_dev.poison();
+        dk_dev.poison();
+        dv_dev.poison();
+        attention_backward(q_dev_.data(), k_dev_.data(), v_dev_.data(), o_dev_.data(),
+                           lse_dev_.data(), do_dev_.data(), dq_dev.data(), dk_dev.data(),
+                           dv_dev.data(), shape_);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        return {dq_dev.download(), dk_dev.download(), dv_dev.download()};
+    }
+
+    // What a failure report names (the caller puts it in an INFO).
+    std::string describe() const {
+        return std::string(attention_stage_name()) + " backward " + shape_.to_string() +
+               " seed=" + std::to_string(seed_);
+    }
+
+    void check(const Gradients& gradients) const {
+        check_gradient("dq", gradients.dq, q_.size(), dq_ref_);
+        check_gradient("dk", gradients.dk, k_.size(), dk_ref_);
+        check_gradient("dv", gradients.dv, v_.size(), dv_ref_);
+    }
+
+private:
+    AttentionShape shape_;
+    uint64_t seed_;
+    std::vector<float> q_, k_, v_, dout_;
+    DeviceBuffer<Element> q_dev_, k_dev_, v_dev_, do_dev_, o_dev_;
+    DeviceBuffer<float> lse_dev_;
+    std::vector<double> dq_ref_, dk_ref_, dv_ref_;
+};
+
 void check_backward(const AttentionShape& shape) {
     const uint64_t seed = fresh_seed();
     INFO(attention_stage_name(), " backward ", shape.to_string(), " seed=", seed);
-    const std::vector<float> q = stage_inputs(size_t(shape.q_elements()), seed);
-    const std::vector<float> k = stage_inputs(size_t(shape.kv_elements()), seed + 1);
-    const std::vector<float> v = stage_inputs(size_t(shape.kv_elements()), seed + 2);
-    const std::vector<float> dout = stage_inputs(q.size(), seed + 3);
+    const BackwardCase backward(shape, seed);
+    backward.check(backward.run());
+}
 
-    DeviceBuffer<Element> q_dev(q.size()), k_dev(k.size()), v_dev(v.size()), do_dev(q.size());
-    q_dev.upload(from_float<Element>(q));
-    k_dev.upload(from_float<Element>(k));
-    v_dev.upload(from_float<Element>(v));
-    do_dev.upload(from_float<Element>(dout));
-    DeviceBuffer<Element> o_dev(q.size());
-    DeviceBuffer<float> lse_dev(size_t(shape.lse_elements()));
-    // The stage's own forward produces the O and LSE its backward consumes.
-    attention_forward(q_dev.data(), k_dev.data(), v_dev.data(), o_dev.data(), lse_dev.data(),
-                      shape);
-
-    DeviceBuffer<Element> dq_dev(q.size() + kGuard), dk_dev(k.size() + kGuard),
-        dv_dev(v.size() + kGuard);
-    dq_dev.poison();
-    dk_dev.poison();
-    dv_dev.poison();
-    attention_backward(q_dev.data(), k_dev.data(), v_dev.data(), o_dev.data(), lse_dev.data(),
-                       do_dev.data(), dq_dev.data(), dk_dev.data(), dv_dev.data(), shape);
-    CUDA_CHECK(cudaDeviceSynchronize());
-
-    std::vector<double> dq_ref(q.size()), dk_ref(k.size()), dv_ref(v.size());
-    reference_backward(shape, q.data(), k.data(), v.data(), dout.data(), dq_ref.data(),
-                       dk_ref.data(), dv_ref.data());
-    check_gradient("dq", dq_dev.download(), q.size(), dq_ref);
-    check_gradient("dk", dk_dev.download(), k.size(), dk_ref);
-    check_gradient("dv", dv_dev.download(), v.size(), dv_ref);
+bool same_bits(const std::vector<Element>& a, const std::vector<Element>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Element)) == 0;
 }
 
 bool fits(int len_q, int len_kv) {
@@ -205,10 +252,57 @@ GPU_TEST_CASE("backward: a long sequence, and a custom scale") {
     });
 }
 
-// Run by `make sanitize` under compute-sanitizer.
+// Issue 32: a race in 11's exact-D path (one key tile, kv_tiles == 1, over several query
+// tiles), which racecheck found on the shapes of "len_q != len_kv" and the sanitize cases of the
+// time (one query tile) never reached. Here: many query tiles, short and full key tiles, the
+// same inputs eight times, each result against the reference.
+// Where every sum in the workspace (dQ's accumulator, the dS row sums, the K column sums) has
+// at most two addends, as in 11 at kv_tiles == 1 (one block, two consumers), the order of the
+// adds cannot change a bit (0 + a + b = 0 + b + a), so there the repeats must also agree bit for
+// bit. Elsewhere only the tolerance holds: 07 at D = 128 adds four warps' dS row sums by atomics.
+GPU_TEST_CASE("backward: one key tile over many query tiles (the exact D), repeated") {
+    constexpr int kRepeats = 8;
+    const bool deterministic = std::string(attention_stage_name()) == "11_hopper_backward";
+    for_each_variant([&](int head_dim, bool causal) {
+        for (int len_kv : {17, 100, 128}) {
+            if (!fits(1500, len_kv)) continue;
+            const BackwardCase backward(make_shape(1, 2, 1500, len_kv, head_dim, causal));
+            INFO(backward.describe());
+            Gradients first;
+            for (int repeat = 0; repeat < kRepeats; ++repeat) {
+                INFO("repeat ", repeat + 1, " of ", kRepeats);
+                Gradients gradients = backward.run();
+                backward.check(gradients);
+                if (repeat == 0) {
+                    first = std::move(gradients);
+                } else if (deterministic) {
+                    CHECK_MESSAGE(same_bits(gradients.dq, first.dq), "dq differs from the first run's");
+                    CHECK_MESSAGE(same_bits(gradients.dk, first.dk), "dk differs from the first run's");
+                    CHECK_MESSAGE(same_bits(gradients.dv, first.dv), "dv differs from the first run's");
+                }
+            }
+        }
+    });
+}
+
+// Run by `make sanitize` under compute-sanitizer (the shapes: test_support.h).
 GPU_TEST_CASE("sanitize: backward edge shapes") {
     for_each_variant([&](int head_dim, bool causal) {
         for (const AttentionShape& shape : sanitize_shapes(head_dim, causal)) check_backward(shape);
+    });
+}
+
+GPU_TEST_CASE("sanitize: backward tiles") {
+    for_each_variant([&](int head_dim, bool causal) {
+        for (const AttentionShape& shape : sanitize_tile_shapes(head_dim, causal))
+            if (fits(shape.len_q, shape.len_kv)) check_backward(shape);
+    });
+}
+
+GPU_TEST_CASE("sanitize: backward exact D") {
+    for_each_variant([&](int head_dim, bool causal) {
+        for (const AttentionShape& shape : sanitize_exact_d_shapes(head_dim, causal))
+            if (fits(shape.len_q, shape.len_kv)) check_backward(shape);
     });
 }
 

@@ -113,10 +113,18 @@ GPU_TEST_CASE("forward: lse may be null; a custom scale") {
     });
 }
 
-// Run by `make sanitize` under compute-sanitizer.
+// Run by `make sanitize` under compute-sanitizer (the shapes: test_support.h).
 GPU_TEST_CASE("sanitize: edge shapes") {
     for_each_variant([&](int head_dim, bool causal) {
         for (const AttentionShape& shape : sanitize_shapes(head_dim, causal)) check_forward(shape);
+    });
+}
+
+GPU_TEST_CASE("sanitize: forward tiles") {
+    for_each_variant([&](int head_dim, bool causal) {
+        for (const AttentionShape& shape : sanitize_tile_shapes(head_dim, causal)) check_forward(shape);
+        // lse null (its store is skipped), over at least two query tiles and two key tiles.
+        check_forward(make_shape(1, 1, 200, 177, head_dim, causal), /*with_lse=*/false);
     });
 }
 

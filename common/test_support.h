@@ -34,10 +34,31 @@ inline const std::vector<std::pair<int, int>>& unequal_lengths() {
     return lengths;
 }
 
-// The small edge shapes that `make sanitize` runs under compute-sanitizer.
+// The shapes that `make sanitize` runs under compute-sanitizer (docs/sanitizers.md), one group
+// per `sanitize:` case, so that a stage's Makefile can give each tool the groups it can check.
+// Under racecheck a kernel runs about a hundred times slower than natively, so every shape is
+// the smallest that reaches its code path in every stage. Tiles are at most 192 queries x 176
+// keys (08-11), 128 x 128 (07), 64 x 32..64 (the FP32 stages).
+//
+// Edges: one query tile and one or two key tiles; length 1, and lengths just past a tile.
 inline std::vector<AttentionShape> sanitize_shapes(int head_dim, bool causal) {
     return {make_shape(1, 1, 1, 1, head_dim, causal), make_shape(1, 2, 65, 17, head_dim, causal),
             make_shape(2, 1, 17, 130, head_dim, causal)};
+}
+
+// Tiles: more than one query tile and more than one key tile in every stage, len_q < len_kv and
+// len_q > len_kv, batch > 1 and heads > 1. Causal, whole key tiles past the diagonal are
+// skipped, and at len_q < len_kv the last key tiles see no query at all (a backward block that
+// owns them must still write zeros to its dK and dV).
+inline std::vector<AttentionShape> sanitize_tile_shapes(int head_dim, bool causal) {
+    return {make_shape(2, 1, 200, 333, head_dim, causal), make_shape(1, 2, 333, 200, head_dim, causal)};
+}
+
+// Exact D (backward): len_kv <= 128, so one block holds every key (kv_tiles == 1 in 07 and 11)
+// and computes D = rowsum(P * dP) itself, over several query tiles (64 or 128 queries each):
+// a short key tile, and a full one.
+inline std::vector<AttentionShape> sanitize_exact_d_shapes(int head_dim, bool causal) {
+    return {make_shape(1, 2, 600, 17, head_dim, causal), make_shape(1, 1, 300, 128, head_dim, causal)};
 }
 
 // Host inputs of a stage's element type, rounded the same way the device sees them.
