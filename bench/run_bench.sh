@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # The whole benchmark, as `make bench` runs it:
-#   1. builds the benchmark binary of every stage (arguments, or STAGES of the top-level Makefile)
-#      and of the two cuBLAS eager baselines;
+#   1. builds the benchmark binary and the C ABI library of every stage (arguments, or STAGES of
+#      the top-level Makefile) and of the two cuBLAS eager baselines;
 #   2. measures the ceilings once (cuBLAS BF16 and FP32 GEMM, device-to-device copy), and
 #      PyTorch's matmul beside them as a check;
-#   3. runs every stage and baseline over the sweeps, then the PyTorch baselines;
-#   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log}, replacing
-#      the previous run's files only once everything succeeded;
+#   3. times every stage and baseline over the sweeps, by one of two methods (BENCH_METHOD):
+#        alone   (the default for now) each stage's binary over every shape, one stage after
+#                the other, then the PyTorch baselines (bench/baselines.py);
+#        rounds  one process, bench/driver.py: per shape and pass, every implementation in
+#                rotating rounds, by one rule, with the A/A check of the stages that carry a copy
+#                of another's forward (docs/benchmarking.md); needs PyTorch. It becomes the
+#                default once a run of it on the H100 has passed that check (issue 25);
+#   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log} (and
+#      aa-check.txt with rounds), replacing the previous run's files only once everything
+#      succeeded;
 #   5. draws this run's figures into bench/results/<gpu>/img/ (the committed figures in
 #      docs/img/ change only with `make plots`).
 # Before anything is built it checks for a GPU and sets up the Python environment of the plots
@@ -14,19 +21,19 @@
 #
 # usage: bench/run_bench.sh [STAGE_DIR ...]
 # Environment (defaults in brackets): BENCH_SWEEPS [fp32-headline,bf16-headline,seqlen,extra],
-#   BENCH_COMMIT [git HEAD] the commit to record (where the tree has no .git),
-#   BENCH_TARGET_SECONDS [0.05] timed work per shape, BENCH_MAX_SECONDS_PER_SHAPE [1.5] cap on it,
-#   JOBS [nproc] build parallelism, PYTHON [common/python_env.sh's: python3 or .deps/venv].
-# The defaults aim to keep a run under 8 minutes on an H100 (it says so when a run goes over):
-# calls under a millisecond still get 50 timed repeats; only calls slower than half a second get
-# fewer than 3 (at least 1, after warm-up). The committed H100 run, every stage 00-11, both cuBLAS
-# baselines and the PyTorch baselines, took 3m45s with the binaries already built
-# (bench/results/nvidia-h100-80gb-hbm3/bench.log).
+#   BENCH_METHOD [alone] or rounds, BENCH_COMMIT [git HEAD] the commit to record (where the tree
+#   has no .git), BENCH_TARGET_SECONDS [0.05] timed work per shape and BENCH_MAX_SECONDS_PER_SHAPE
+#   [1.5] cap on it (alone only), JOBS [nproc] build parallelism, PYTHON [common/python_env.sh's:
+#   python3 or .deps/venv].
+# The committed H100 run (alone) took 4m54s, building included (its system.txt); a run says when
+# it passes 10 minutes.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SWEEPS=${BENCH_SWEEPS:-fp32-headline,bf16-headline,seqlen,extra}
+BENCH_METHOD=${BENCH_METHOD:-alone}
+case $BENCH_METHOD in rounds|alone) ;; *) echo "error: BENCH_METHOD is rounds or alone, not '$BENCH_METHOD'" >&2; exit 2;; esac
 TARGET_SECONDS=${BENCH_TARGET_SECONDS:-0.05}
 MAX_SECONDS_PER_SHAPE=${BENCH_MAX_SECONDS_PER_SHAPE:-1.5}
 JOBS=${JOBS:-$(nproc)}
@@ -86,8 +93,9 @@ done
 jobs_each=$(((JOBS + ${#suites[@]} - 1) / ${#suites[@]}))
 for suite in "${suites[@]}"; do
     binary[$suite]=$(make_variable "$suite" BENCH_BIN)
+    library=$(make_variable "$suite" LIB)
     log="$WORK/build-$(basename "$suite").log"
-    make --no-print-directory -C "$suite" -j"$jobs_each" "${binary[$suite]}" >"$log" 2>&1 &
+    make --no-print-directory -C "$suite" -j"$jobs_each" "${binary[$suite]}" "$library" >"$log" 2>&1 &
     pids+=($!)
 done
 failed=0
@@ -116,21 +124,40 @@ SLUG=$(echo "$GPU" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-
 [ -n "$SLUG" ] || { say "error: no GPU name in the ceilings"; exit 1; }
 
 # ---- every stage and baseline -------------------------------------------------------------
-common_args=(--sweep "$SWEEPS" --csv "$WORK/results.csv" --ceilings-file "$WORK/ceilings.csv"
-             --commit "$COMMIT" --target-seconds "$TARGET_SECONDS"
-             --max-seconds-per-shape "$MAX_SECONDS_PER_SHAPE")
-count=${#suites[@]}
-for index in "${!suites[@]}"; do
-    suite=${suites[$index]}
-    say "== [$((index + 1))/$((count + 1))] $suite ($((count - index)) left after it, $(elapsed) so far)"
-    "${binary[$suite]}" "${common_args[@]}" 2>&1 | tee -a "$LOG"
-done
-
-say "== [$((count + 1))/$((count + 1))] PyTorch baselines ($(elapsed) so far)"
-if command -v "$PYTHON" >/dev/null; then
-    "$PYTHON" bench/baselines.py "${common_args[@]}" --no-matmul-ceilings 2>&1 | tee -a "$LOG"
+# BENCH_METHOD=rounds: one process times every implementation by one rule, shape by shape in
+# rotating rounds (bench/driver.py, docs/benchmarking.md); it needs PyTorch. It becomes the
+# default once a run on the H100 has passed its A/A check (issue 25). BENCH_METHOD=alone (the
+# default for now): each stage's own binary times it alone, one stage after the other, then
+# the PyTorch baselines, and the ratios between them are not from one schedule.
+if [ "$BENCH_METHOD" = rounds ] &&
+   ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    say "error: BENCH_METHOD=rounds needs PyTorch with CUDA in $PYTHON (pip install torch)"
+    exit 2
+fi
+if [ "$BENCH_METHOD" = rounds ]; then
+    METHOD=$("$PYTHON" bench/driver.py --describe)
+    say "== every stage and baseline in one schedule ($(elapsed) so far)"
+    stage_list=$(IFS=,; echo "${suites[*]}")
+    "$PYTHON" -u bench/driver.py --stages "$stage_list" --sweep "$SWEEPS" --csv "$WORK/results.csv" \
+        --ceilings-file "$WORK/ceilings.csv" --aa-file "$WORK/aa-check.txt" --commit "$COMMIT" \
+        2>&1 | tee -a "$LOG"
 else
-    say "$PYTHON not found: no PyTorch baseline rows"
+    METHOD="alone: each stage's binary over every shape, one stage after the other, then the PyTorch baselines (target seconds per shape $TARGET_SECONDS, at most $MAX_SECONDS_PER_SHAPE)"
+    common_args=(--sweep "$SWEEPS" --csv "$WORK/results.csv" --ceilings-file "$WORK/ceilings.csv"
+                 --commit "$COMMIT" --target-seconds "$TARGET_SECONDS"
+                 --max-seconds-per-shape "$MAX_SECONDS_PER_SHAPE")
+    count=${#suites[@]}
+    for index in "${!suites[@]}"; do
+        suite=${suites[$index]}
+        say "== [$((index + 1))/$((count + 1))] $suite ($((count - index)) left after it, $(elapsed) so far)"
+        "${binary[$suite]}" "${common_args[@]}" 2>&1 | tee -a "$LOG"
+    done
+    say "== [$((count + 1))/$((count + 1))] PyTorch baselines ($(elapsed) so far)"
+    if command -v "$PYTHON" >/dev/null; then
+        "$PYTHON" bench/baselines.py "${common_args[@]}" --no-matmul-ceilings 2>&1 | tee -a "$LOG"
+    else
+        say "$PYTHON not found: no PyTorch baseline rows"
+    fi
 fi
 
 # ---- the system the numbers belong to -----------------------------------------------------
@@ -143,10 +170,11 @@ fi
         --format=csv 2>/dev/null | sed 's/^/  /' || echo "  (nvidia-smi not available)"
     echo "cuda driver: $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' || echo unknown)"
     echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' || echo unknown)"
-    echo "torch: $("$PYTHON" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo 'not importable')"
+    echo "torch: $("$PYTHON" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>/dev/null || echo 'not importable')"
+    echo "method: $METHOD"
     echo "host: $(uname -srm), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //')"
     echo "implementations: ${suites[*]} + PyTorch baselines"
-    echo "sweeps: $SWEEPS; target seconds per shape: $TARGET_SECONDS; max seconds per shape: $MAX_SECONDS_PER_SHAPE"
+    echo "sweeps: $SWEEPS"
     echo "duration: $(elapsed)"
 } >"$WORK/system.txt"
 
@@ -154,8 +182,11 @@ fi
 DEST=bench/results/$SLUG
 mkdir -p "$DEST"
 say "== done in $(elapsed): $(($(wc -l <"$WORK/results.csv") - 1)) rows, results in $DEST/"
-[ $((SECONDS - START)) -le 480 ] || say "note: over the 8-minute budget; see BENCH_TARGET_SECONDS"
-for file in results.csv ceilings.csv system.txt bench.log; do mv -f "$WORK/$file" "$DEST/$file"; done
+[ $((SECONDS - START)) -le 600 ] || say "note: over the 10-minute budget"
+rm -f "$DEST/aa-check.txt"
+for file in results.csv ceilings.csv system.txt bench.log aa-check.txt; do
+    if [ -f "$WORK/$file" ]; then mv -f "$WORK/$file" "$DEST/$file"; fi
+done
 
 if [ -f bench/plots.py ]; then
     echo "== plots of this run: $DEST/img/ (make plots RESULTS=$DEST redraws docs/img/ from it)"

@@ -11,6 +11,12 @@ CSV_COLUMNS = ["gpu", "stage", "dtype", "batch", "heads", "len_q", "len_kv", "he
                "pass", "median_ms", "min_ms", "tflops", "pct_sol", "workspace_bytes", "commit",
                "status"]
 
+# Written after CSV_COLUMNS by make bench's schedule (bench/driver.py); absent from runs before it
+# and from a single stage's `bench_<stage> --csv`. rounds: rounds timed (median_ms is the median
+# of their medians, round_min_ms / round_max_ms the spread); calls: timed calls over all rounds;
+# sm_clock_mhz, power_w: NVML's readings at the end of each timed window, median over rounds.
+CSV_EXTRA_COLUMNS = ["rounds", "round_min_ms", "round_max_ms", "calls", "sm_clock_mhz", "power_w"]
+
 # Must match kCeilingsHeader in common/ceilings.h.
 CEILINGS_COLUMNS = ["gpu", "ceiling", "value", "unit", "median_ms", "method"]
 

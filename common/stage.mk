@@ -92,7 +92,7 @@ all: $(TEST_BIN) $(BENCH_BIN) $(LIB)
 
 # What the suite shares with the other suites of its variant (built first by the top level).
 common-objects: $(HARNESS_OBJECTS) $(TEST_OBJECTS) $(BENCH_OBJECTS) $(C_API_OBJECT)
-common-bench-objects: $(HARNESS_OBJECTS) $(BENCH_OBJECTS)
+common-bench-objects: $(HARNESS_OBJECTS) $(BENCH_OBJECTS) $(C_API_OBJECT)
 
 check-nvcc:
 	@command -v $(NVCC) >/dev/null || { echo "error: nvcc not found. Install the CUDA Toolkit (https://developer.nvidia.com/cuda-downloads) and put its bin/ on PATH." >&2; exit 1; }
