@@ -64,6 +64,9 @@ empty :=
 ARCH_TAG     := $(subst $(empty) $(empty),-,$(strip $(ARCH)))
 COMMON_BUILD := $(if $(strip $(NVCC_EXTRA)),$(BUILD)/obj/common,$(ROOT)/build/common/$(ARCH_TAG))
 COMMON_HEADERS := $(wildcard $(COMMON)/*.h)
+# Every object also depends on the rules that build it, so that a change of flags (such as the
+# -fPIC the C ABI library needs) rebuilds what an older build/ holds.
+RULES := $(COMMON)/stage.mk $(COMMON)/arch.mk
 
 # Depend on nothing the stage defines (the architecture only).
 HARNESS_OBJECTS := $(addprefix $(COMMON_BUILD)/,shape.o validate.o harness.o reference.o \
@@ -98,7 +101,7 @@ check-nvcc:
 	@command -v $(NVCC) >/dev/null || { echo "error: nvcc not found. Install the CUDA Toolkit (https://developer.nvidia.com/cuda-downloads) and put its bin/ on PATH." >&2; exit 1; }
 
 # The stage's kernels: keep the -Xptxas -v register/spill report in build.log.
-$(STAGE_OBJECT): $(SOURCE) $(wildcard $(COMMON)/*.h $(COMMON)/*.cuh) | check-nvcc
+$(STAGE_OBJECT): $(SOURCE) $(wildcard $(COMMON)/*.h $(COMMON)/*.cuh) $(RULES) | check-nvcc
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(notdir $<) -> $@ (ptxas report in $(BUILD)/build.log)"
 	@$(NVCC) $(BASE_FLAGS) $(DEFINES) $(STAGE_ARCH_FLAGS) -Xptxas -v -c $< -o $@ > $(BUILD)/build.log 2>&1; status=$$?; \
@@ -108,28 +111,28 @@ $(STAGE_OBJECT): $(SOURCE) $(wildcard $(COMMON)/*.h $(COMMON)/*.cuh) | check-nvc
 	    echo "error: $(STAGE): a warning in the Hopper build (see above; a serialized wgmma or an ignored setmaxnreg makes the kernel slow)" >&2; exit 1; fi
 
 # Host code only: the suite's name for the shared objects.
-$(NAME_OBJECT): $(COMMON)/stage_name.cpp $(COMMON)/stage_name.h | check-nvcc
+$(NAME_OBJECT): $(COMMON)/stage_name.cpp $(COMMON)/stage_name.h $(RULES) | check-nvcc
 	@mkdir -p $(dir $@)
 	@$(NVCC) -std=c++17 -I$(COMMON) $(PIC_FLAGS) -DATTENTION_STAGE_NAME='"$(STAGE)"' -c $< -o $@
 
-$(BUILD)/obj/test_%.o: $(STAGE_DIR)/test_%.cu $(COMMON_HEADERS) | check-nvcc
+$(BUILD)/obj/test_%.o: $(STAGE_DIR)/test_%.cu $(COMMON_HEADERS) $(RULES) | check-nvcc
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(notdir $<)"
 	@$(NVCC) $(NVCCFLAGS) -I$(DOCTEST_DIR) -c $< -o $@
 
-$(COMMON_BUILD)/%.o: $(COMMON)/%.cpp $(COMMON_HEADERS) | check-nvcc
+$(COMMON_BUILD)/%.o: $(COMMON)/%.cpp $(COMMON_HEADERS) $(RULES) | check-nvcc
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(notdir $<) -> $(subst $(ROOT)/,,$@)"
 	@$(NVCC) $(BASE_FLAGS) $(ARCH_FLAGS) -x cu -c $< -o $@
 
-$(COMMON_BUILD)/%.o: $(COMMON)/%.cu $(COMMON_HEADERS) $(wildcard $(COMMON)/*.cuh) | check-nvcc
+$(COMMON_BUILD)/%.o: $(COMMON)/%.cu $(COMMON_HEADERS) $(wildcard $(COMMON)/*.cuh) $(RULES) | check-nvcc
 	@mkdir -p $(dir $@)
 	@echo "nvcc $(notdir $<) -> $(subst $(ROOT)/,,$@)"
 	@$(NVCC) $(BASE_FLAGS) $(ARCH_FLAGS) -c $< -o $@
 
 # One rule per variant folder: the same sources, with the variant's defines.
 define VARIANT_RULE
-$(COMMON_BUILD)/$(1)/%.o: $(COMMON)/%.cpp $(COMMON_HEADERS) | check-nvcc
+$(COMMON_BUILD)/$(1)/%.o: $(COMMON)/%.cpp $(COMMON_HEADERS) $(RULES) | check-nvcc
 	@mkdir -p $$(dir $$@)
 	@echo "nvcc $$(notdir $$<) -> $$(subst $(ROOT)/,,$$@)"
 	@$(NVCC) $(BASE_FLAGS) $(call VARIANT_DEFINES,$(1)) $(ARCH_FLAGS) -I$(DOCTEST_DIR) -x cu -c $$< -o $$@
