@@ -11,7 +11,7 @@ JOBS      ?= $(shell nproc)
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 
 .DEFAULT_GOAL := all
-.PHONY: all common-objects test bench plots notebook docs docs-check diagrams sanitize profile diff clean distclean $(SUITES)
+.PHONY: all common-objects test bench plots notebook docs docs-check diagrams sanitize profile diff clean distclean help $(SUITES)
 
 # make profile STAGE=04 | STAGE=4 | STAGE=04_warp_shuffle: the stage's folder, or a usage line.
 ifneq ($(filter profile,$(MAKECMDGOALS)),)
@@ -25,6 +25,16 @@ endif
 ifneq ($(filter diff,$(MAKECMDGOALS)),)
   DIFF_PROBLEM := $(shell bash common/diff_stages.sh --check "$(A)" "$(B)")
   $(if $(DIFF_PROBLEM),$(error $(DIFF_PROBLEM)))
+endif
+
+# make plots | notebook | docs | docs-check RESULTS=bench/results/<gpu>: a folder with a results.csv,
+# or one line that lists those there are.
+ifneq ($(and $(RESULTS),$(filter plots notebook docs docs-check,$(MAKECMDGOALS))),)
+  RESULTS := $(patsubst %/,%,$(RESULTS))
+  ifeq ($(wildcard $(RESULTS)/results.csv),)
+    RESULTS_THERE := $(patsubst %/results.csv,%,$(wildcard bench/results/*/results.csv))
+    $(error RESULTS=$(RESULTS) has no results.csv; $(if $(RESULTS_THERE),the results folders there are: $(RESULTS_THERE),bench/results/ holds no results yet) (make bench writes bench/results/<gpu>/))
+  endif
 endif
 
 # What each goal needs, checked (Doctest fetched, .deps/venv made) before anything is built:
@@ -63,8 +73,9 @@ test:
 
 # Needs a GPU (checked first). Builds the benchmark binaries, runs them, and writes the CSVs and
 # this run's figures to bench/results/<gpu>/ (docs/img/ is redrawn only by make plots).
+# SWEEP=name[,name] (or BENCH_SWEEPS) runs those sweeps of bench/sweeps.txt alone (checked first).
 bench:
-	@PYTHON=$(PYTHON_ENV) bash bench/run_bench.sh $(STAGES)
+	@PYTHON=$(PYTHON_ENV) $(if $(SWEEP),BENCH_SWEEPS=$(SWEEP)) bash bench/run_bench.sh $(STAGES)
 
 # Redraws the committed figures, docs/img/ (or PLOTS_OUT=folder), from the newest
 # bench/results/<gpu>/ (or RESULTS=bench/results/<gpu>); no GPU needed.
@@ -72,12 +83,14 @@ PLOTS_OUT ?= docs/img
 plots:
 	@$(PYTHON_ENV) bench/plots.py $(RESULTS) --out $(PLOTS_OUT)
 
-# Runs the benchmark notebook top to bottom on the committed CSVs, into build/ (the committed
-# notebook keeps the outputs of the committed run; its first cell says how to refresh them).
+# Runs the benchmark notebook top to bottom on the committed CSVs (or RESULTS=bench/results/<gpu>),
+# into build/benchmarks.ipynb. NOTEBOOK_INPLACE=1 writes the outputs into docs/benchmarks.ipynb
+# itself (the committed notebook keeps the outputs of the committed run).
 notebook:
 	@mkdir -p build
-	@BENCH_REQUIRE_RESULTS=1 $(PYTHON_ENV) -m jupyter nbconvert --to notebook --execute docs/benchmarks.ipynb \
-	  --output-dir build --output benchmarks.ipynb
+	@BENCH_REQUIRE_RESULTS=1 $(if $(RESULTS),BENCH_RESULTS_DIR=$(abspath $(RESULTS))) \
+	  $(PYTHON_ENV) -m jupyter nbconvert --to notebook --execute docs/benchmarks.ipynb \
+	  $(if $(filter 1,$(NOTEBOOK_INPLACE)),--inplace --ClearMetadataPreprocessor.enabled=True,--output-dir build --output benchmarks.ipynb)
 
 # Regenerates what the chapters and the README do not type by hand: results tables
 # (<!-- results:... -->), numbers in prose (<!-- value:... -->) and code excerpts
@@ -133,6 +146,26 @@ profile:
 # make diff A=03 B=04 (or A=3 B=4, or folder names): what one stage adds to another.
 diff:
 	@bash common/diff_stages.sh "$(A)" "$(B)"
+
+# Every goal of this Makefile, one line each (.ci/check_messages.sh checks that none is missing).
+help:
+	@echo "usage: make [GOAL] [VARIABLE=value ...]; the goals (README.md says more):"
+	@echo "  make all          build every stage and baseline (the default goal; ARCH=\"sm_80 sm_90\" or native)"
+	@echo "  make test         build everything, run every test suite, end with one line that sums them (no GPU needed)"
+	@echo "  make bench        benchmark every stage and baseline (GPU; SWEEP=name[,name] of bench/sweeps.txt) into bench/results/<gpu>/"
+	@echo "  make plots        redraw docs/img/ from the newest bench/results/<gpu>/ (RESULTS=folder, PLOTS_OUT=folder; no GPU)"
+	@echo "  make notebook     run docs/benchmarks.ipynb on the committed CSVs into build/ (RESULTS=folder, NOTEBOOK_INPLACE=1)"
+	@echo "  make docs         regenerate the results tables, numbers and code excerpts of the chapters and README (RESULTS=folder)"
+	@echo "  make docs-check   fail when a generated table, number, excerpt or diagram is stale (what CI runs)"
+	@echo "  make diagrams     redraw the chapters' diagrams (docs/diagrams/*.png) from the kernels' constants"
+	@echo "  make sanitize     compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every stage (GPU)"
+	@echo "  make profile      Nsight Compute report of one stage: make profile STAGE=04 (GPU, ncu)"
+	@echo "  make diff         what one stage adds to another: make diff A=03 B=04"
+	@echo "  make clean        remove build/"
+	@echo "  make distclean    remove build/ and .deps/ (the fetched Doctest, the Python environment)"
+	@echo "  make help         this list"
+	@echo "  make common-objects   build the objects the suites share (make all does it first)"
+	@echo "  make $(firstword $(SUITES)) ... $(lastword $(SUITES))   build the suites named (each folder also: make -C 03_online_softmax test); they are: $(SUITES)"
 
 # .deps/ (the fetched Doctest, the Python environment) stays: make distclean removes it too.
 clean:

@@ -13,9 +13,13 @@ failures=0
 checks=0
 mkdir -p "$tmp/bin"
 printf '#!/bin/sh\necho "GPU 0: Fake GPU (UUID: GPU-0)"\n' >"$tmp/bin/nvidia-smi"
-chmod +x "$tmp/bin/nvidia-smi"
+# A T4 (compute capability 7.5), as nvidia-smi -L and --query-gpu=compute_cap,name answer.
+printf '#!/bin/sh\ncase "$*" in *compute_cap*) echo "7.5, Tesla T4";; *) echo "GPU 0: Tesla T4 (UUID: GPU-0)";; esac\n' >"$tmp/bin/nvidia-smi-t4"
+chmod +x "$tmp/bin/nvidia-smi" "$tmp/bin/nvidia-smi-t4"
 NO_GPU=(NVIDIA_SMI=false)
+NO_DRIVER=(NVIDIA_SMI="$tmp/none/nvidia-smi")
 FAKE_GPU=(NVIDIA_SMI="$tmp/bin/nvidia-smi")
+FAKE_T4=(NVIDIA_SMI="$tmp/bin/nvidia-smi-t4")
 # Doctest out of reach: not in the system's folder, no .deps yet, no package download.
 NO_DOCTEST=(DEPS_DIR="$tmp/no-deps" DOCTEST_SYSTEM_INCLUDE="$tmp/none" DOCTEST_APT=0)
 touch "$tmp/stamp"
@@ -56,6 +60,21 @@ expect 2 "make profile $gpu" make profile STAGE=04 "${NO_GPU[@]}"
 expect 2 "make bench $gpu" make -C 04_warp_shuffle bench "${NO_GPU[@]}"
 expect 2 "make sanitize $gpu" make -C 05_mma_swizzle sanitize "${NO_GPU[@]}"
 expect 2 "make profile $gpu" make -C 04_warp_shuffle profile "${NO_GPU[@]}"
+# No driver at all: the line does not send the reader to an nvidia-smi that is not there.
+expect 2 "make bench needs an NVIDIA GPU and none is visible \($tmp/none/nvidia-smi is not installed: this machine has no NVIDIA driver\)" \
+    make bench "${NO_DRIVER[@]}"
+
+echo "-- GPUs and ARCH older than compute capability 8.0"
+old_arch="the course needs compute capability 8.0 or newer \(Ampere, Ada, Hopper.*on a T4 or V100, .*CUDA_VISIBLE_DEVICES= make test ARCH=\"sm_80 sm_90\""
+expect 2 "make test: ARCH=sm_75 is too old: $old_arch" make test ARCH=sm_75
+expect 2 "make test: ARCH=sm_70 is too old: $old_arch" make test ARCH=sm_70
+expect 2 "make all: ARCH=sm_75 is too old: $old_arch" make -C 03_online_softmax ARCH="sm_80 sm_75"
+expect 2 "make test builds for the visible GPU \(ARCH=native\), Tesla T4, of compute capability 7.5: too old, $old_arch" \
+    make test "${FAKE_T4[@]}"
+expect 2 "make bench builds for the visible GPU \(ARCH=native\), Tesla T4, of compute capability 7.5: too old, $old_arch" \
+    make bench "${FAKE_T4[@]}"
+expect 2 "make all builds for the visible GPU \(ARCH=native\), Tesla T4, of compute capability 7.5: too old, $old_arch" \
+    make -C 04_warp_shuffle "${FAKE_T4[@]}"
 
 echo "-- no compute-sanitizer, no ncu (with a GPU)"
 expect 2 "make sanitize needs compute-sanitizer, and $tmp/none/compute-sanitizer is not an executable: install it with: sudo apt-get install cuda-sanitizer-" \
@@ -88,6 +107,67 @@ else
     failures=$((failures + 1))
 fi
 expect 2 "PYTHON=$tmp/none/python3 is not an interpreter" make plots PYTHON="$tmp/none/python3"
+sweeps="the sweeps are: $(awk '!/^#/ && NF && !seen[$1]++ { printf "%s%s", sep, $1; sep = " " }' bench/sweeps.txt) \("
+expect 2 "make bench: no sweep named nonexistent in bench/sweeps.txt; $sweeps" make bench SWEEP=nonexistent
+expect 2 "make bench: no sweep named nonexistent in bench/sweeps.txt; $sweeps" make bench SWEEP=smoke,nonexistent
+expect 2 "make bench: no sweep named nonexistent in bench/sweeps.txt; $sweeps" make bench BENCH_SWEEPS=nonexistent
+expect 2 "make bench: no sweep named nonexistent in bench/sweeps.txt; $sweeps" env BENCH_SWEEPS=nonexistent make bench
+expect 2 "make bench: no sweep named nonexistent in bench/sweeps.txt; $sweeps" make -C 04_warp_shuffle bench SWEEP=nonexistent
+there="has no results.csv; the results folders there are: bench/results/"
+expect 2 "RESULTS=bench/results/my-gpu $there" make plots RESULTS=bench/results/my-gpu
+expect 2 "RESULTS=bench/results/my-gpu $there" make docs RESULTS=bench/results/my-gpu
+expect 2 "RESULTS=bench/results/my-gpu $there" make docs-check RESULTS=bench/results/my-gpu
+expect 2 "RESULTS=bench/results/my-gpu $there" make notebook RESULTS=bench/results/my-gpu
+
+echo "-- the Python environment cannot be written"
+if python3 -c "import matplotlib, numpy" 2>/dev/null; then
+    checks=$((checks + 1))
+    echo "ok: (python3 has the figures' packages: make plots makes no .deps/venv here, not exercised)"
+else
+    touch "$tmp/deps-file"
+    expect 2 "the Python environment goes into $tmp/deps-file/venv, and $tmp/deps-file is a file, not a folder: remove it" \
+        make plots DEPS_DIR="$tmp/deps-file"
+    if [[ $(id -u) -ne 0 ]]; then
+        mkdir -p "$tmp/deps-read-only" && chmod a-w "$tmp/deps-read-only"
+        expect 2 "the Python environment goes into $tmp/deps-read-only/venv, and $tmp/deps-read-only is not writable" \
+            make plots DEPS_DIR="$tmp/deps-read-only"
+    fi
+fi
+
+echo "-- make help, make docs, the notebook"
+# make help: one line for every goal of the top-level Makefile (its .PHONY list).
+checks=$((checks + 1))
+help=$(make --no-print-directory help 2>&1)
+missing=
+for goal in $(make -qp help 2>/dev/null | sed -n 's/^\.PHONY: //p'); do
+    grep -qE "(^|[ /])$goal( |$)" <<<"$help" || missing="$missing $goal"
+done
+if [[ -z $missing && $help == *"make help"* ]]; then
+    echo "ok: make help -> $(grep -c . <<<"$help") lines, every goal of the Makefile"
+else
+    echo "FAIL: make help does not list:${missing:- (no output)}"
+    failures=$((failures + 1))
+fi
+# make docs: one line, on a copy of the tree (it rewrites what is stale): nothing changed, then
+# one block broken by hand and rewritten.
+mkdir -p "$tmp/copy"
+git ls-files -z | xargs -0 cp --parents -t "$tmp/copy" 2>/dev/null
+sed -i '/^<!-- results:fp32-headline -->$/{n;s/.*/| stale |/}' "$tmp/copy/README.md"
+python3 "$tmp/copy/bench/tables.py" >/dev/null 2>&1
+expect 0 "^docs: nothing changed" make --no-print-directory -C "$tmp/copy" docs
+sed -i '/^<!-- results:fp32-headline -->$/{n;s/.*/| stale |/}' "$tmp/copy/README.md"
+expect 0 "^docs: updated 1 generated block\(s\) in README.md$" make --no-print-directory -C "$tmp/copy" docs
+# The notebook: the README names make notebook, and the notebook's own instructions name only
+# make commands (no bare jupyter, which a fresh clone does not have).
+checks=$((checks + 1))
+first_cell=$(python3 -c 'import json, sys; print("".join(json.load(open(sys.argv[1]))["cells"][0]["source"]))' docs/benchmarks.ipynb)
+if grep -q '^make notebook ' README.md && grep -q '`make notebook`' <<<"$first_cell" &&
+    ! grep -qE 'jupyter (lab|nbconvert)|-m jupyter' <<<"$first_cell"; then
+    echo "ok: README.md names make notebook; the notebook's first cell names make notebook, no bare jupyter"
+else
+    echo "FAIL: README.md must name make notebook, and docs/benchmarks.ipynb's first cell make notebook and no bare jupyter command"
+    failures=$((failures + 1))
+fi
 
 echo "-- Doctest out of reach"
 install="install it with: sudo apt-get install doctest-dev"
@@ -99,6 +179,14 @@ expect 2 "could not download Doctest from DOCTEST_URL=http://127.0.0.1:9/doctest
     make test "${NO_DOCTEST[@]}" DOCTEST_URL=http://127.0.0.1:9/doctest.h
 expect 2 "DOCTEST_INCLUDE=$tmp/none has no doctest/doctest.h: it must name the folder that holds doctest/doctest.h" \
     make test DOCTEST_INCLUDE="$tmp/none"
+# A relative DOCTEST_INCLUDE is taken from the repository root, in every suite and at the top.
+mkdir -p "$tmp/include/doctest" && touch "$tmp/include/doctest/doctest.h"
+relative=$(realpath --relative-to=. "$tmp/include")
+expect 2 "DOCTEST_INCLUDE=$PWD/no/such/folder has no doctest/doctest.h" make -C 03_online_softmax test DOCTEST_INCLUDE=no/such/folder
+printf 'print-%%:\n\t@echo $($*)\n' >"$tmp/print.mk"
+for dir in . 03_online_softmax bench/cublas_bf16; do
+    expect 0 "^$tmp/include$" make -s --no-print-directory -C "$dir" -f Makefile -f "$tmp/print.mk" print-DOCTEST_DIR DOCTEST_INCLUDE="$relative"
+done
 
 echo "-- Doctest fetched by the build"
 # The package download (what a machine without Doctest does), into a scratch .deps.

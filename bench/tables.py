@@ -655,8 +655,9 @@ def main():
         if not arguments.check and updated != text:
             with open(path, "w") as markdown:
                 markdown.write(updated)
-    for entry in stale:
-        print(("stale: " if arguments.check else "updated: ") + entry)
+    if arguments.check:
+        for entry in stale:
+            print("stale: " + entry)
     problems = list(all_symbol_errors)
     problems += [] if arguments.files else excerpts.problems(
         sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu")) +
@@ -668,8 +669,18 @@ def main():
         index_stale, index_problems = profiles_index(arguments.check)
         stale += index_stale
         problems += index_problems
-        for entry in index_stale:
-            print(("stale: " if arguments.check else "updated: ") + entry)
+        if arguments.check:
+            for entry in index_stale:
+                print("stale: " + entry)
+    if not arguments.check:
+        # make docs: one line, what it rewrote (or that nothing changed).
+        changed = list(dict.fromkeys(entry.split(": ")[0] for entry in stale))
+        if changed:
+            print(f"docs: updated {len(stale)} generated block(s) in {', '.join(changed)}")
+        else:
+            print(f"docs: nothing changed ({len(files)} file(s) with generated blocks, and the "
+                  "profiles index, already match the CSVs and the code)" if not arguments.files
+                  else f"docs: nothing changed in {', '.join(files)}")
     for problem in problems:
         print("error: " + problem)
     if arguments.check and stale:

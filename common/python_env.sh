@@ -39,7 +39,16 @@ if [ -x "$venv/bin/python" ] && cmp -s "$requirements" "$stamp" && "$venv/bin/py
     echo "$venv/bin/python"; exit 0
 fi
 
-mkdir -p "$deps"
+# The environment lives in DEPS_DIR (.deps): say so when that cannot be written, not python3-venv.
+shown=${deps#"$root"/}
+if [ -e "$deps" ] && [ ! -d "$deps" ]; then
+    echo "the Python environment goes into $shown/venv, and $shown is a file, not a folder: remove it (rm $shown; make makes it again), or install the packages yourself: python3 -m pip install -r bench/requirements.txt"
+    exit 1
+fi
+if ! mkdir -p "$deps" 2>/dev/null || [ ! -w "$deps" ] || { [ -e "$venv" ] && [ ! -w "$venv" ]; }; then
+    echo "the Python environment goes into $shown/venv, and $shown is not writable: make it writable (chmod -R u+w $shown) or name another folder with DEPS_DIR=, or install the packages yourself: python3 -m pip install -r bench/requirements.txt"
+    exit 1
+fi
 log=$deps/venv.log
 : >"$log"
 if [ ! -x "$venv/bin/python" ]; then

@@ -4,6 +4,8 @@
 #   common/require.sh tool "make profile" ncu            a tool on PATH (or a path)
 #   common/require.sh tool "make sanitize" compute-sanitizer
 #   common/require.sh tool "make test" nvcc
+#   common/require.sh arch "make test" "$(ARCH)"         ARCH (or the visible GPU, for native) of
+#                                                        compute capability 8.0 or newer
 # Prints nothing when it is there; otherwise one line on stdout: what is missing and what to do.
 # The build (common/deps.mk) turns that line into its error. NVIDIA_SMI (default nvidia-smi)
 # lets CI check the message on a machine that has a GPU (NVIDIA_SMI=false).
@@ -13,8 +15,39 @@ what=${1:-}
 command_name=${2:-this command}
 case "$what" in
 gpu)
-    if ! "${NVIDIA_SMI:-nvidia-smi}" -L 2>/dev/null | grep -q "^GPU"; then
-        echo "$command_name needs an NVIDIA GPU and none is visible (nvidia-smi lists none; check the driver with nvidia-smi); without a GPU, make test still builds every stage and runs the host tests"
+    smi=${NVIDIA_SMI:-nvidia-smi}
+    if ! "$smi" -L 2>/dev/null | grep -q "^GPU"; then
+        if command -v "$smi" >/dev/null; then
+            why="nvidia-smi lists none; check the driver with nvidia-smi"
+        else
+            why="$smi is not installed: this machine has no NVIDIA driver"
+        fi
+        echo "$command_name needs an NVIDIA GPU and none is visible ($why); without a GPU, make test still builds every stage and runs the host tests"
+    fi
+    ;;
+arch)
+    # ARCH as the build gets it (empty: common/arch.mk's default, native where a GPU is visible).
+    arch=${3-}
+    if [ -z "${arch// /}" ] && "${NVIDIA_SMI:-nvidia-smi}" -L 2>/dev/null | grep -q "^GPU"; then arch=native; fi
+    needs="the course needs compute capability 8.0 or newer (Ampere, Ada, Hopper: ARCH=sm_80, sm_86, sm_89, sm_90; its BF16 stages use mma.sync on bf16, stages 08-11 sm_90a)"
+    instead="on a T4 or V100, run the GPU parts on an Ampere or newer GPU (A100, A10G, L4, RTX 30 or 40 series, H100), or build everything and run the host tests with the GPU hidden: CUDA_VISIBLE_DEVICES= make test ARCH=\"sm_80 sm_90\""
+    if [ "$arch" = native ]; then
+        # The oldest visible GPU (drivers before 510 cannot say: then nothing is checked).
+        oldest=$("${NVIDIA_SMI:-nvidia-smi}" --query-gpu=compute_cap,name --format=csv,noheader 2>/dev/null |
+            grep -E '^[0-9]+\.[0-9]+,' | sort -t, -k1,1n | head -n 1)
+        capability=${oldest%%,*}
+        if [ -n "$oldest" ] && [ "${capability%%.*}" -lt 8 ]; then
+            name=${oldest#*,}
+            echo "$command_name builds for the visible GPU (ARCH=native), ${name# }, of compute capability $capability: too old, $needs; $instead"
+        fi
+    else
+        for target in $arch; do
+            number=$(sed -nE 's/^(sm|compute)_([0-9]+)[a-z]?$/\2/p' <<<"$target")
+            if [ -n "$number" ] && [ "$number" -lt 80 ]; then
+                echo "$command_name: ARCH=$target is too old: $needs; $instead"
+                break
+            fi
+        done
     fi
     ;;
 tool)
@@ -47,7 +80,7 @@ tool)
     echo "$command_name needs $missing: install it with: sudo apt-get install $package (from NVIDIA's CUDA repository; it comes with the full CUDA Toolkit)"
     ;;
 *)
-    echo "usage: common/require.sh gpu COMMAND | tool COMMAND TOOL" >&2
+    echo "usage: common/require.sh gpu COMMAND | tool COMMAND TOOL | arch COMMAND ARCH" >&2
     exit 2
     ;;
 esac
