@@ -60,8 +60,10 @@ constexpr uint32_t SLAB_ROW_BYTES = 64 * sizeof(bf16);  // one swizzled row: 128
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // One block: BLOCK_Q query rows of one (batch, head), the grid ordered as in stage 06 (heads in
-// L2-sized groups, the longest causal tiles first). The register cap of __launch_bounds__(..., 1)
-// is what lets setmaxnreg move registers between the warpgroups.
+// L2-sized groups, the longest causal tiles first). __launch_bounds__ caps the registers from
+// the block's thread count (384 threads: 168 each), the budget setmaxnreg moves between the
+// warpgroups; its second argument, 1, changes nothing here (the cap and the SASS are the same
+// without it).
 template <class Config>
 __global__ void __launch_bounds__(Config::THREADS, 1)
 flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,

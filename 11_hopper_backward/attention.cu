@@ -74,8 +74,10 @@ constexpr uint32_t SLAB_ROW_BYTES = 64 * sizeof(bf16);  // one swizzled row: 128
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 // One block: BLOCK_Q query rows of one (batch, head), the grid ordered as in stage 06 (heads in
-// L2-sized groups, the longest causal tiles first). The register cap of __launch_bounds__(..., 1)
-// is what lets setmaxnreg move registers between the warpgroups.
+// L2-sized groups, the longest causal tiles first). __launch_bounds__ caps the registers from
+// the block's thread count (384 threads: 168 each), the budget setmaxnreg moves between the
+// warpgroups; its second argument, 1, changes nothing here (the cap and the SASS are the same
+// without it).
 template <class Config>
 __global__ void __launch_bounds__(Config::THREADS, 1)
 flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
@@ -295,8 +297,10 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     mask(s, 0);
     softmax(s, alpha);
     pack_p(s);
-    // Tile j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} go to the tensor cores together; the
-    // softmax of S_j runs while the second is still multiplying.
+    // Tile j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} go to the tensor cores together, and the
+    // softmax of S_j is written between the wait for the first and the wait for the second. ptxas
+    // moves the second wait before the softmax today, so the two do not overlap in the binary
+    // (chapter 10, Limits).
     for (int kv_tile = 1; kv_tile < kv_tiles; ++kv_tile) {
         const int stage = kv_tile % STAGES;
         const int previous = (kv_tile - 1) % STAGES;
