@@ -45,7 +45,7 @@ RESULTS_ROOT = REPO / "bench" / "results"
 ENV_RESULTS = "BENCH_RESULTS_DIR"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from schema import CSV_COLUMNS as COLUMNS, SOL_CEILING, STAGES, read_sweeps  # noqa: E402
+from schema import BASELINES, CSV_COLUMNS as COLUMNS, SOL_CEILING, STAGES, read_sweeps  # noqa: E402
 
 FLOP_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lkv·d (halved when causal), "
              "backward 2.5× forward; times are medians of repeats.")
@@ -68,8 +68,6 @@ def _read_headlines(path: Path = SWEEPS) -> None:
 
 
 _read_headlines()
-BASELINES = ["torch_flash", "torch_cudnn", "torch_sdpa", "torch_efficient", "torch_math",
-             "torch_eager", "cublas_fp32", "cublas_bf16"]
 NAIVE = "00_naive"
 # A backward stage whose forward is an earlier stage's code verbatim (bench/check_forward_copy.py,
 # run by `make docs-check`, proves it): the figures draw that forward kernel once, under the
@@ -343,7 +341,7 @@ _STAGE_MARKERS = {"00": "o", "01": "s", "02": "D", "03": "^", "04": "v", "05": "
 _BASELINE_STYLE = {  # color, marker, linestyle
     "torch_flash": ("#111111", "x", "--"), "torch_cudnn": ("#b71c1c", "+", "-."),
     "torch_eager": ("#7a7a7a", "3", ":"), "torch_sdpa": ("#a0522d", "x", "--"),
-    "torch_efficient": ("#a0522d", "x", "--"), "torch_math": ("#9e9e9e", "2", ":"),
+    "torch_efficient": ("#a0522d", "d", "--"), "torch_math": ("#9e9e9e", "2", ":"),
     "cublas_fp32": ("#8d6e63", "s", ":"), "cublas_bf16": ("#8d6e63", "p", ":"),
 }
 

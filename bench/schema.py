@@ -36,6 +36,13 @@ SOL_CEILING = {"bf16": "bf16_gemm", "fp16": "bf16_gemm", "fp32": "fp32_gemm"}
 # common/ceilings.cu.
 GEMM_SHAPES = [(8192, 8192, 8192), (8192, 8192, 4096), (16384, 8192, 8192)]
 
+# The baselines, in the one order every table, figure legend and listing uses (after the stages,
+# which go by their numbers): the cuBLAS eager attention (bench/cublas_eager.cu, built as a stage),
+# then PyTorch's scaled_dot_product_attention by backend (torch_flash is FlashAttention-2), its
+# plain eager version, and its own dispatch (FP32 only).
+BASELINES = ["cublas_fp32", "cublas_bf16", "torch_flash", "torch_cudnn", "torch_efficient",
+             "torch_math", "torch_eager", "torch_sdpa"]
+
 FLOP_CONVENTION = ("FLOPs follow the FlashAttention convention: forward 4*B*H*Lq*Lk*D (halved "
                    "when causal), backward 2.5x forward; TFLOP/s = FLOPs / median time")
 

@@ -75,7 +75,6 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MARKER = re.compile(r"<!-- results:(?P<name>[^\s>]+)(?P<options>[^>]*?)\s*-->\n"
                     r"(?P<body>.*?)<!-- /results:(?P=name) -->", re.S)
-TORCH_ORDER = ["torch_flash", "torch_cudnn", "torch_efficient", "torch_math", "torch_eager"]
 HEADLINES = ["fp32-headline", "bf16-headline"]
 VALUE = re.compile(r"<!-- value:(?P<spec>[^>]*?)\s*-->(?P<body>.*?)<!-- /value -->", re.S)
 CODE = re.compile(r"<!-- code:(?P<name>[^\s>#]+#[^\s>]+)\s*-->\n(?P<body>.*?)"
@@ -91,7 +90,7 @@ FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (hal
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schema import read_sweeps  # noqa: E402,F401  (the one parser of bench/sweeps.txt)
+from schema import BASELINES, read_sweeps  # noqa: E402,F401  (the one parser of bench/sweeps.txt)
 
 
 def read_results(path):
@@ -106,11 +105,12 @@ def read_results(path):
 
 
 def implementation_order(stage):
+    """Stages by number, then the baselines in bench/schema.py's one order, then anything else."""
     if re.match(r"\d\d_", stage):
-        return (0, stage)
-    if stage.startswith("cublas"):
-        return (1, stage)
-    return (2, str(TORCH_ORDER.index(stage)) if stage in TORCH_ORDER else stage)
+        return (0, 0, stage)
+    if stage in BASELINES:
+        return (1, BASELINES.index(stage), stage)
+    return (2, 0, stage)
 
 
 def describe(shape):

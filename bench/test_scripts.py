@@ -1,0 +1,99 @@
+#!/usr/bin/env python3
+"""Unit tests of the benchmark's Python scripts that need no GPU (CI runs them): the one list
+of baselines, the figures' styles, the tables' order and rendering, and the benchmark
+schedule's A/A check. Run: python3 -m unittest bench/test_scripts.py (with matplotlib)."""
+import csv
+import os
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import driver  # noqa: E402
+import plots  # noqa: E402
+import schema  # noqa: E402
+import tables  # noqa: E402
+
+
+def write_results(path, rows):
+    """A results CSV with the driver's columns; rows are (stage, dtype, shape, pass, median_ms)."""
+    with open(path, "w", newline="") as out:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(schema.CSV_COLUMNS + schema.CSV_EXTRA_COLUMNS)
+        for stage, dtype, shape, pass_name, median_ms in rows:
+            writer.writerow(["Test GPU", stage, dtype, *shape[:5], int(shape[5]), pass_name,
+                             median_ms, median_ms, "1", "", "0", "test", "ok", 3, median_ms,
+                             median_ms, 30, "", ""])
+
+
+class OneListOfBaselines(unittest.TestCase):
+    def test_every_baseline_the_benchmark_writes_is_listed(self):
+        written = {f"torch_{backend}" for backends in driver.TORCH_BACKENDS.values()
+                   for backend in backends}
+        written |= {"cublas_fp32", "cublas_bf16"}
+        self.assertEqual(written, set(schema.BASELINES))
+
+    def test_every_baseline_has_a_style_of_its_own(self):
+        fallback = plots.impl_style(("not_a_baseline", "bf16"))
+        styles = {}
+        for baseline in schema.BASELINES:
+            style = plots.impl_style((baseline, "bf16"))
+            self.assertNotEqual(style, fallback, baseline)
+            styles[baseline] = (style["color"], style["marker"], str(style["linestyle"]))
+        # Two baselines may share a colour only if their markers tell them apart.
+        self.assertEqual(len(set(styles.values())), len(styles))
+
+    def test_every_stage_has_its_colour(self):
+        fallback = plots.impl_style(("99_unknown", "bf16"))["color"]
+        for stage in schema.STAGES:
+            self.assertNotEqual(plots.impl_style((stage, "bf16"))["color"], fallback, stage)
+
+    def test_tables_and_figures_order_implementations_alike(self):
+        names = ["torch_sdpa", "11_hopper_backward", "cublas_bf16", "00_naive", "torch_flash",
+                 "cublas_fp32", "torch_eager", "05_mma_swizzle"]
+        by_tables = sorted(names, key=tables.implementation_order)
+        by_figures = sorted(names, key=lambda name: plots.impl_order((name, "bf16")))
+        self.assertEqual(by_tables, by_figures)
+        self.assertEqual(by_tables[:3], ["00_naive", "05_mma_swizzle", "11_hopper_backward"])
+        self.assertEqual(by_tables[3:], [b for b in schema.BASELINES if b in names])
+
+
+class Tables(unittest.TestCase):
+    def test_a_results_table_lists_what_ran_in_order(self):
+        headline = (1, 8, 4096, 8192, 128, False)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "results.csv")
+            write_results(path, [("torch_flash", "bf16", headline, "fwd", 0.4),
+                                 ("10_pingpong", "bf16", headline, "fwd", 0.2),
+                                 ("00_naive", "fp32", headline, "fwd", 100.0)])
+            book = tables.Tables(path, os.path.join(HERE, "sweeps.txt"))
+            present = book.implementations({})
+        self.assertEqual([stage for stage, _ in present], ["00_naive", "10_pingpong", "torch_flash"])
+
+
+class AACheck(unittest.TestCase):
+    def check(self, ratio):
+        shape = driver.Shape(1, 8, 4096, 8192, 128, 0)
+        results = {}
+        for copy, original in driver.AA_PAIRS:
+            results[(original, "bf16", shape.key(), "fwd")] = {"median_ms": 1.0}
+            results[(copy, "bf16", shape.key(), "fwd")] = {"median_ms": ratio}
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "aa-check.txt")
+            driver.aa_check(results, [shape], path)
+            with open(path) as aa_file:
+                return aa_file.read()
+
+    def test_copies_within_the_tolerance_agree(self):
+        text = self.check(1.01)
+        self.assertEqual(text.count(": agree"), len(driver.AA_PAIRS))
+
+    def test_copies_beyond_the_tolerance_disagree(self):
+        text = self.check(1.03)
+        self.assertEqual(text.count("DISAGREE at 1x8x4096x8192x128x0"), len(driver.AA_PAIRS))
+
+
+if __name__ == "__main__":
+    unittest.main()
