@@ -1,4 +1,5 @@
-# How docs/profiles/06-targets-repeated.csv was made (one device call, commit ffc39ab): 06, 07 (same
+# How docs/profiles/06_pipelined/bench-targets-repeated.csv was made (one device call, commit ffc39ab,
+# from the repository root; written as $OUT/06-targets-repeated.csv): 06, 07 (same
 # forward kernel) and PyTorch flash at the three target shapes of chapter 06, three interleaved rounds.
 # OUT: the output folder; .deps/commit: the commit written to the CSV.
 set -o pipefail

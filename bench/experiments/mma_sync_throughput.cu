@@ -1,7 +1,8 @@
 // mma.sync m16n8k16 bf16 throughput against warps per SM and independent accumulators per warp
-// (the microbenchmark behind docs/profiles/06-pingpong-variant.txt; the benchmark driver's
+// (the microbenchmark behind docs/profiles/06_pipelined/variant-pingpong.txt; the benchmark driver's
 // bf16_mma_sync ceiling, common/ceilings.cu, is its 8-warp, 16-accumulator case).
-//   nvcc -O3 -arch=sm_90 -o mma_sync_throughput docs/profiles/mma_sync_throughput.cu && ./mma_sync_throughput
+// Not built by this folder's Makefile; it needs only the CUDA runtime. From the repository root:
+//   nvcc -O3 -arch=sm_90 -o build/mma_sync_throughput bench/experiments/mma_sync_throughput.cu && build/mma_sync_throughput
 #include <cstdio>
 #include <cstdint>
 #include <cuda_runtime.h>

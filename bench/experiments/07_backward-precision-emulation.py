@@ -8,7 +8,7 @@ Inputs are randn + 0.5 rounded to bf16, as in the tests. The FP64 gradient is co
   centred   base, with dQ = scale (dS K - rowsum(dS) mean(K)) (the kernels' remedy)
   stage07   centred, plus D = rowsum(P * dP) when len_kv <= 64 (one dK/dV block holds every key)
 Prints the largest relative L2 error over a few random draws per shape.
-Usage: python3 docs/profiles/07_backward-precision-emulation.py
+Usage: python3 bench/experiments/07_backward-precision-emulation.py (its output: docs/profiles/07_backward/precision-emulation.txt)
 """
 import numpy as np
 

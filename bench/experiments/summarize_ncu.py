@@ -2,7 +2,7 @@
 """The metrics the FP32 chapters quote, from the raw page of an Nsight Compute report.
 
     ncu -i build/fp32_evidence/02_tiled.ncu-rep --page raw --csv > 02_tiled-ncu-raw.csv
-    python3 docs/profiles/summarize_ncu.py 02_tiled-ncu-raw.csv > docs/profiles/02_tiled-headline-summary.txt
+    python3 bench/experiments/summarize_ncu.py 02_tiled-ncu-raw.csv > docs/profiles/02_tiled/ncu-headline-summary.txt
 
 Prints one block per profiled kernel: time, occupancy, instruction mix, shared and global
 memory traffic, and the warp stall reasons sorted by weight.

@@ -3,12 +3,12 @@
 # the test suites, compute-sanitizer, the benchmark at the two shapes of the chapters (causal
 # and not), and Nsight Compute on the headline shape B=8 H=12 N=4096 D=64.
 #
-#   bash docs/profiles/fp32_stages.sh [test] [sanitize] [bench] [profile] [variants]
+#   bash bench/experiments/fp32_stages.sh [test] [sanitize] [bench] [profile] [variants]
 #
 # Everything lands in $OUT (default build/fp32_evidence): *.log, bench*.csv, and for each
 # profiled stage (PROFILED, default 01-04) <stage>-ncu.txt (the Nsight Compute details page),
 # <stage>-ncu-raw.csv (every metric collected) and <stage>-summary.txt (summarize_ncu.py).
-# The chapters quote the copies in docs/profiles/ (<stage>-headline-ncu.txt, -summary.txt).
+# The chapters quote the copies in docs/profiles/<stage>/ (ncu-headline.txt, ncu-headline-summary.txt).
 set -o pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-build/fp32_evidence}
@@ -103,7 +103,7 @@ for step in $STEPS; do
                 "build/$stage/bench_$stage" --shape "$HEADLINE" --profile > "$OUT/ncu-run-$stage.log" 2>&1
             ncu -i "$OUT/$stage.ncu-rep" --page details > "$OUT/$stage-ncu.txt" 2>&1
             ncu -i "$OUT/$stage.ncu-rep" --page raw --csv > "$OUT/$stage-ncu-raw.csv" 2>&1
-            python3 docs/profiles/summarize_ncu.py "$OUT/$stage-ncu-raw.csv" > "$OUT/$stage-summary.txt"
+            python3 bench/experiments/summarize_ncu.py "$OUT/$stage-ncu-raw.csv" > "$OUT/$stage-summary.txt"
             echo "$stage: $(wc -l < "$OUT/$stage-ncu.txt") lines of details"
         done
         ;;

@@ -2,7 +2,10 @@
 # How the 07_backward evidence files were produced on the device (one call of the run tool):
 # build with the ptxas report, the full test suite, the dQ-strategy timing, the shared benchmark
 # and the PyTorch baselines at the target shapes, Nsight Compute on the backward kernels, and
-# compute-sanitizer. Usage: bash docs/profiles/07_backward-run.sh OUTDIR [steps...]
+# compute-sanitizer. Usage, from the repository root: bash bench/experiments/07_backward-run.sh OUTDIR [steps...]
+# Written at commit 0fec98d: 07_backward/time_dq_strategies.cu and the ATTENTION_BWD_WARPS and
+# ATTENTION_FUSE_DQ knobs of its dq and variants steps are gone since (restored by
+# docs/profiles/07_backward/variant-dq-second-kernel-and-knobs.patch).
 set -o pipefail
 OUTDIR=${1:?output folder}; shift
 STEPS=${*:-build test dq bench torch ncu sanitize}

@@ -3,7 +3,10 @@
 # root: builds both stages (and 05 with the swizzle off), runs their suites, times the 06
 # tilings, benchmarks 05, 06 and the PyTorch baselines at the target shapes, and profiles with
 # Nsight Compute. Writes everything under $OUT (default build/evidence).
-#   bash docs/profiles/collect_05_06.sh [steps...]   steps: build test tune bench ncu sanitize
+#   bash bench/experiments/collect_05_06.sh [steps...]   steps: build sass test tune bench ncu sanitize
+# Written before issue 15: 06's tuner is now bench/experiments/tune_06.cu (make -C bench/experiments
+# tune_06) and the single-V-buffer knob PIPELINE_V_BUFFERS is gone, so the tune step and the
+# 06_vbuffers1 builds need docs/profiles/06_pipelined/variant-one-v-buffer-and-tune.patch.
 set -uo pipefail
 OUT=${OUT:-build/evidence}
 mkdir -p "$OUT"
@@ -17,7 +20,7 @@ if has build; then
   make -C 06_pipelined -j8 all > "$OUT/build-06.log" 2>&1 &
   make -C 06_pipelined -j8 all NVCC_EXTRA=-DPIPELINE_V_BUFFERS=1 BUILD="$PWD/build/06_vbuffers1" \
     STAGE=06_pipelined > "$OUT/build-06-vbuffers1.log" 2>&1 &
-  make -C 05_mma_swizzle -j8 all NVCC_EXTRA=-DSWIZZLE=0 BUILD="$PWD/build/05_noswizzle" \
+  make -C 05_mma_swizzle -j8 all NVCC_EXTRA=-DATTENTION_SWIZZLE=0 BUILD="$PWD/build/05_noswizzle" \
     STAGE=05_mma_swizzle > "$OUT/build-05-noswizzle.log" 2>&1 &
   nvcc -std=c++17 -O3 -arch=native -Icommon -DATTENTION_DTYPE_BF16 -DATTENTION_NO_LAUNCHER \
        -Xptxas -v 06_pipelined/tune.cu common/validate.cpp common/cuda_check.cpp \
