@@ -6,7 +6,8 @@ compare numbers taken under the same conditions.
 
 The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measured the times):
   * per shape and pass, ROUNDS rounds; each round runs every implementation once, in an order
-    that rotates by one place per round, so that no implementation always follows the same one;
+    rotated by one place per round and reversed every other round, so that no implementation
+    always follows the same one;
   * in a round an implementation gets fresh input sets (rotated so that no call finds its inputs
     in L2), WARMUP_SECONDS of untimed calls (at least one; on its first round of a shape also one
     call more that is never counted: plans are built, modules load), then a timed window of
@@ -286,7 +287,7 @@ def parse_arguments():
 def method(rounds):
     return (f"rounds (bench/driver.py): {rounds} rounds per shape and pass, each implementation "
             f"{WARMUP_SECONDS:g} s of warm-up and a {WINDOW_SECONDS:g} s timed window per round, "
-            f"the order rotated by one place per round; median over rounds")
+            f"the order rotated by one place and reversed every other round; median over rounds")
 
 
 def main():
@@ -367,8 +368,11 @@ def main():
                                                        "workspace": None}
                  for impl, _ in active}
         for round_index in range(arguments.rounds):
+            # Rotated by one place per round, and reversed every other round, so that no
+            # implementation always runs right after the same one (11 after 10, say).
             shift = round_index % max(1, len(active))
-            for impl, _ in active[shift:] + active[:shift]:
+            order = active[shift:] + active[:shift]
+            for impl, _ in (order[::-1] if round_index % 2 else order):
                 entry = state[impl.name + "/" + impl.dtype_name]
                 if entry["skip"]:
                     continue
