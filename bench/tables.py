@@ -51,7 +51,9 @@ MAX_EXCERPT_LINES, and when a stage file marks an excerpt that no chapter shows 
 stage has its README.md).
 
 A `<!-- symbols:check -->` region (docs/background.md's table of symbols) names code
-identifiers as `name` (NN, NN-NN); each must occur in those stages' attention.cu.
+identifiers as `name` (NN, NN-NN); each must occur in those stages' attention.cu outside its
+comments, and every stage of the top-level Makefile's STAGES (read by bench/schema.py) must be
+named at least once, so the table reaches the last stage.
 
 docs/profiles/README.md indexes the profiler evidence: between <!-- profiles:index --> markers,
 rows `| [`PATH`](PATH) | claim | cited by |`; the last column is generated from the pages that
@@ -90,7 +92,7 @@ FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (hal
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schema import BASELINES, read_sweeps  # noqa: E402,F401  (the one parser of bench/sweeps.txt)
+from schema import BASELINES, STAGES, read_sweeps  # noqa: E402,F401  (the one parser of bench/sweeps.txt)
 
 
 def read_results(path):
@@ -534,23 +536,40 @@ def profiles_index(check):
 
 SYMBOLS_REGION = re.compile(r"<!-- symbols:check -->(?P<body>.*?)<!-- /symbols:check -->", re.S)
 SYMBOL_USE = re.compile(r"`(?P<name>[A-Za-z_][A-Za-z_0-9]*)` \((?P<stages>[0-9, -]+)\)")
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def stage_code(number):
+    """Stage NN's attention.cu without its comments (a name only a comment holds is not in the code)."""
+    found = glob.glob(os.path.join(ROOT, f"{number:02d}_*", "attention.cu"))
+    return COMMENT.sub(" ", open(found[0]).read()) if found else ""
 
 
 def symbol_problems(path, text):
-    """Every `identifier` (NN, NN-NN) in a symbols:check region must occur in those stages."""
+    """Every `identifier` (NN, NN-NN) in a symbols:check region must occur in the code (comments
+    left out) of those stages' attention.cu, and the region must name every stage of the
+    top-level Makefile's STAGES (bench/schema.py), so that a new stage fails until the table
+    reaches it."""
     problems = []
+    sources = {}
     for region in SYMBOLS_REGION.finditer(text):
+        covered = set()
         for use in SYMBOL_USE.finditer(region["body"]):
             stages = []
             for part in use["stages"].split(","):
                 first, _, last = part.strip().partition("-")
                 stages += range(int(first), int(last or first) + 1)
             for number in stages:
-                found = glob.glob(os.path.join(ROOT, f"{number:02d}_*", "attention.cu"))
-                source = open(found[0]).read() if found else ""
-                if not re.search(r"\b" + re.escape(use["name"]) + r"\b", source):
+                covered.add(number)
+                if number not in sources:
+                    sources[number] = stage_code(number)
+                if not re.search(r"\b" + re.escape(use["name"]) + r"\b", sources[number]):
                     problems.append(f"{os.path.relpath(path, ROOT)}: `{use['name']}` is not in "
                                     f"stage {number:02d}'s attention.cu")
+        for stage in STAGES:
+            if int(stage[:2]) not in covered:
+                problems.append(f"{os.path.relpath(path, ROOT)}: the symbols table names nothing "
+                                f"of stage {stage} (the Makefile's STAGES)")
     return problems
 
 
