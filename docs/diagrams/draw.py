@@ -236,7 +236,9 @@ def register_tiling(plt, found):
 def mma_fragments(plt):
     """05: the operands of mma.sync.m16n8k16 and which lane holds which element (PTX ISA)."""
     from matplotlib.patches import Rectangle
-    figure, axes = plt.subplots(1, 3, figsize=(14, 5.6), gridspec_kw={"width_ratios": [16, 8, 8]})
+    # Constrained layout keeps the two-line figure title clear of the panels' own titles.
+    figure, axes = plt.subplots(1, 3, figsize=(14, 6.2), gridspec_kw={"width_ratios": [16, 8, 8]},
+                                layout="constrained")
 
     def draw(axis, rows, cols, owner, title):
         for row in range(rows):
@@ -577,36 +579,55 @@ def data_path_08(plt, found):
 
 
 def warp_roles_09(plt, found):
-    """09: the producer warpgroup, the consumers, and the full/empty barrier pairs of the ring."""
+    """09: the producer warpgroup, the consumers, and the full/empty barrier pairs of the ring.
+    Every consumer reads every stage (tile j is in stage j mod STAGES for all of them), and a
+    stage is free again only when every consumer warp has arrived on its empty barriers."""
     from matplotlib.patches import Rectangle
     c = found["09_warp_specialized"]
-    figure, axis = blank(plt, 13, 5.8, 13, 6.6)
+    consumer_warps = 4 * c["CONSUMERS"]
+    figure, axis = blank(plt, 13, 6.0, 13, 6.9)
     flow_box(axis, 0.2, 2.6, 2.8, 1.6, f"producer warpgroup\n(one thread issues TMA)\n"
              f"setmaxnreg.dec -> {c['PRODUCER_REGISTERS']}", "#6a51a3")
-    # The ring: every stage is read by every consumer (tile j lives in stage j mod STAGES).
-    axis.add_patch(Rectangle((4.3, 1.2), 3.6, 4.9, facecolor="none", edgecolor="#333333",
+    axis.add_patch(Rectangle((4.3, 1.2), 3.4, 4.9, facecolor="none", edgecolor="#333333",
                              linestyle="--", linewidth=0.8))
-    axis.text(6.1, 6.25, f"shared-memory ring: tile j in stage j mod {c['STAGES']}", ha="center",
+    axis.text(5.9, 6.25, f"shared-memory ring: tile j in stage j mod {c['STAGES']}", ha="center",
               fontsize=8.5)
     height = 4.3 / c["STAGES"]
+    stage_centres = []
     for stage in range(c["STAGES"]):
         y = 5.9 - (stage + 1) * height + 0.1
-        flow_box(axis, 4.5, y, 3.2, height - 0.3, f"stage {stage}: K tile, V tile\n"
+        flow_box(axis, 4.5, y, 3.0, height - 0.3, f"stage {stage}: K tile, V tile\n"
                  "barriers full[K], full[V]\nempty[K], empty[V]", KEY_COLOUR, size=8)
+        stage_centres.append(y + (height - 0.3) / 2)
     flow_arrow(axis, (3.0, 3.6), (4.3, 3.6), "wait empty,\nexpect_tx,\ncopy", offset=(0, 0.1))
+    # Every consumer waits on every stage's full barriers and arrives on its empty ones.
+    consumer_height = min(1.5, 4.3 / c["CONSUMERS"] - 0.3)
+    consumer_centres = []
     for consumer in range(c["CONSUMERS"]):
-        y = 4.2 - consumer * 2.6
-        flow_box(axis, 9.3, y, 3.4, 1.5, f"consumer {consumer}: rows {64 * consumer}-{64 * consumer + 63}\n"
-                 f"wgmma + softmax\nsetmaxnreg.inc -> {c['CONSUMER_REGISTERS']}", QUERY_COLOUR, size=8)
-        flow_arrow(axis, (7.9, y + 1.05), (9.3, y + 1.05), "wait full", offset=(0, 0.05))
-        flow_arrow(axis, (9.3, y + 0.45), (7.9, y + 0.45), "arrive empty\n(one per warp)",
-                   colour=STATE_COLOUR, offset=(0, -0.6))
+        y = 5.9 - (consumer + 1) * (4.3 / c["CONSUMERS"]) + 0.1
+        flow_box(axis, 10.0, y, 2.9, consumer_height,
+                 f"consumer {consumer}: rows {64 * consumer}-{64 * consumer + 63}\n"
+                 f"wgmma + softmax on every tile\nsetmaxnreg.inc -> {c['CONSUMER_REGISTERS']}",
+                 QUERY_COLOUR, size=8)
+        consumer_centres.append(y + consumer_height / 2)
+    for stage_y in stage_centres:
+        for consumer_y in consumer_centres:
+            flow_arrow(axis, (7.5, stage_y + 0.22), (10.0, consumer_y + 0.22))
+            flow_arrow(axis, (10.0, consumer_y - 0.22), (7.5, stage_y - 0.22), colour=STATE_COLOUR)
+    axis.text(8.75, 6.25, "wait full[K], full[V]", ha="center", fontsize=7.5, family="monospace")
+    axis.text(8.75, 6.0, "every consumer, every stage", ha="center", fontsize=7.5)
+    axis.text(8.75, 1.05, "arrive empty[K], empty[V]", ha="center", va="top", fontsize=7.5,
+              family="monospace", color=STATE_COLOUR)
+    axis.text(8.75, 0.82, f"lane 0 of each of the {consumer_warps} consumer warps;\n"
+              f"the stage is free after all {consumer_warps}", ha="center", va="top", fontsize=7.5,
+              color=STATE_COLOUR)
     axis.text(1.6, 2.0, "waits on empty with the parity\nof the stage's previous pass:\n"
               "on the first pass it is free", fontsize=8, ha="center", va="top")
-    flow_box(axis, 8.4, 0.0, 4.5, 0.9, "epilogue: O -> shared memory (swizzled), fence.proxy.async,\n"
-             "bar.sync, one TMA store per consumer", "#3b3b3b", size=7.5)
+    flow_box(axis, 0.2, 0.0, 6.2, 0.7, "epilogue: O -> shared memory (swizzled), fence.proxy.async, "
+             "bar.sync,\none TMA store per consumer", "#3b3b3b", size=7.5)
     axis.set_title(f"Stage 09, one block: a producer, {c['CONSUMERS']} consumers, a ring of "
-                   f"{c['STAGES']} stages of {c['BLOCK_KV']} keys", fontsize=10, loc="left")
+                   f"{c['STAGES']} stages of {c['BLOCK_KV']} keys; every consumer reads every stage",
+                   fontsize=10, loc="left")
     save(plt, figure, "09_warp_roles.png")
 
 
@@ -614,7 +635,7 @@ def finish_timeline(plt, figure, axes, end, name, titles,
                     rows=("tensor cores", "consumer 1", "consumer 0"),
                     xlabel="time (schematic: durations are illustrative, not measured; the "
                            "chapter's profile has the real numbers)"):
-    """The two panels of a schematic timeline (06, 10, 11): rows bottom to top, titles, time."""
+    """The panels of a schematic timeline (06, 10, 11): rows bottom to top, titles, time."""
     for axis, title in zip(axes, titles):
         axis.set_yticks(list(range(len(rows))))
         axis.set_yticklabels(list(rows))
@@ -622,19 +643,31 @@ def finish_timeline(plt, figure, axes, end, name, titles,
         axis.set_title(title, fontsize=9.5, loc="left")
         for spine in ("top", "right"):
             axis.spines[spine].set_visible(False)
-    axes[1].set_xlim(0, end + 0.2)
-    axes[1].set_xticks([])
-    axes[1].set_xlabel(xlabel)
+    axes[-1].set_xlim(0, end + 0.2)
+    axes[-1].set_xticks([])
+    axes[-1].set_xlabel(xlabel)
     save(plt, figure, name)
 
 
 def pingpong_10(plt, found):
-    """10 against 09: when each consumer's GEMMs and softmax run (schematic)."""
+    """10 against 09: when each consumer's GEMMs and softmax run (schematic). Stage 10 twice:
+    as the binary runs it (ptxas moves the second wgmma.wait_group before the softmax, chapter
+    10, "What the compiler makes of it") and, hatched, the order its PTX asks for, which the
+    binary does not keep: the softmax of S_{j+1} under the consumer's own P_j V_j."""
     from matplotlib.patches import Rectangle
     gemm, softmax, tiles = 1.0, 1.3, 3  # one consumer's S (or PV) GEMM; its softmax of a tile
-    figure, axes = plt.subplots(2, 1, figsize=(13, 5.0), sharex=True)
+    figure, axes = plt.subplots(3, 1, figsize=(13, 8.2), sharex=True)
+    figure.subplots_adjust(hspace=0.5)
 
-    def box(axis, x, y, width, label, colour, alpha=0.85):
+    def box(axis, x, y, width, label, colour, alpha=0.85, intended=False):
+        if intended:  # the PTX's order, not the binary's: hatched, dashed outline
+            axis.add_patch(Rectangle((x, y - 0.32), width, 0.64, facecolor=colour, alpha=0.45,
+                                     edgecolor="#222222", linestyle="--", linewidth=1.0,
+                                     hatch="///"))
+            axis.text(x + width / 2, y, label, ha="center", va="center", fontsize=7,
+                      color="black", bbox={"facecolor": "white", "edgecolor": "none",
+                                           "pad": 1.0, "alpha": 0.85})
+            return
         axis.add_patch(Rectangle((x, y - 0.32), width, 0.64, facecolor=colour, alpha=alpha,
                                  edgecolor="white"))
         axis.text(x + width / 2, y, label, ha="center", va="center", fontsize=7, color="white")
@@ -655,7 +688,9 @@ def pingpong_10(plt, found):
         x += 4 * gemm + softmax
     end = x
     # 10: a consumer issues S_{j+1} and P_j V_j together on its turn, then computes the softmax
-    # of S_{j+1} while the other consumer's GEMMs run. The tensor cores never wait.
+    # of S_{j+1} while the other consumer's GEMMs run. In the binary it first waits for both
+    # GEMMs (middle panel); the PTX waits for S_{j+1} only and overlaps the softmax with its
+    # own P_j V_j too (bottom panel, hatched).
     turn = 2 * gemm
     for slot in range(int(end / turn) + 1):
         consumer = slot % 2
@@ -663,17 +698,25 @@ def pingpong_10(plt, found):
         if start + turn > end:
             break
         j = slot // 2
-        box(axes[1], start, 0, gemm, f"S{j + 1} c{consumer}", QUERY_COLOUR)
-        box(axes[1], start + gemm, 0, gemm, f"PV{j} c{consumer}", VALUE_COLOUR)
-        box(axes[1], start, 2 - consumer, turn, f"its GEMMs run", wait)
+        for axis in axes[1:]:
+            box(axis, start, 0, gemm, f"S{j + 1} c{consumer}", QUERY_COLOUR)
+            box(axis, start + gemm, 0, gemm, f"PV{j} c{consumer}", VALUE_COLOUR)
+        box(axes[1], start, 2 - consumer, turn, f"wait for S{j + 1} and PV{j}", wait)
         if start + turn + softmax <= end:
             box(axes[1], start + turn, 2 - consumer, softmax, f"softmax S{j + 1}", STATE_COLOUR)
+        box(axes[2], start, 2 - consumer, gemm, f"wait for S{j + 1}", wait)
+        if start + gemm + softmax <= end:
+            box(axes[2], start + gemm, 2 - consumer, softmax, f"softmax S{j + 1}", STATE_COLOUR,
+                intended=True)
     finish_timeline(plt, figure, axes, end, "10_pingpong.png",
                     ("09: the consumers run in step; the tensor cores idle while both "
                      "compute the softmax",
-                     "10: on its turn (bar.sync / bar.arrive) a consumer issues "
-                     "S_{j+1} with P_j V_j, then computes the softmax of S_{j+1} "
-                     "under the other consumer's GEMMs"))
+                     "10, the binary: on its turn (bar.sync / bar.arrive) a consumer issues "
+                     "S_{j+1} with P_j V_j, waits for both,\nthen computes the softmax of S_{j+1} "
+                     "under the other consumer's GEMMs",
+                     "10, intended: the PTX's order, NOT in today's binary (hatched): wait_group 1 "
+                     "waits for S_{j+1} only,\nso the softmax would also run under the consumer's "
+                     "own P_j V_j; today ptxas moves wait_group 0 before it"))
 
 
 def backward_flow_11(plt, found):
