@@ -38,7 +38,7 @@ matplotlib.use("Agg")  # files only; the notebook shows the PNG bytes, not a liv
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_ROOT = REPO / "bench" / "results"
@@ -75,6 +75,10 @@ NAIVE = "00_naive"
 FORWARD_COPIES = {"07_backward": "06_pipelined", "11_hopper_backward": "10_pingpong"}
 
 DPI = 120
+# The source texts the figures answer, named as they name themselves (../shared/seeds/README.md).
+SDPA_ARTICLE = ("the article \"Attention To Flash Attention: Out Performing SPDA with CUDA Kernels "
+                "From Scratch\"")
+SOL_ARTICLE = "gau-nernst's \"Writing Speed-of-Light Flash Attention for 5090 in CUDA C++\""
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -574,7 +578,8 @@ def versus(results: Results, stage: str, baseline: str, shape, pass_: str) -> fl
 
 
 def sdpa_config(results: Results) -> tuple | None:
-    """The (B, H, d) of the seqlen sweep seed 003's comparison uses: d = 64 where there is one."""
+    """The (B, H, d) of the seqlen sweep the FP32 SDPA comparison uses (after SDPA_ARTICLE):
+    d = 64 where there is one."""
     configs = seqlen_configs(results)
     return next((c for c in configs if c[2] == 64), configs[0] if configs else None)
 
@@ -632,9 +637,12 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
         shape = headline_shape(dtype)
         ceiling = results.ceiling(SOL_CEILING[dtype])
         if ceiling:
+            # A wide pale band, not a line: at the BF16 headline cuDNN's line lies within a few
+            # per cent of the ceiling, and the two must stay apart where they overlap.
             references.append((group, "measured cuBLAS GEMM ceiling of the\nelement type "
                                "(= 100% of SOL)", ceiling,
-                               dict(color="#333333", linestyle="-", linewidth=1.6)))
+                               dict(color="#7fa7c9", linestyle="-", linewidth=6.0, alpha=0.6,
+                                    solid_capstyle="butt", zorder=1.5)))
         names = [fp32_sdpa(results)] if dtype == "fp32" else ["torch_flash", "torch_cudnn"]
         for name in names:
             row = find_row(results, name, dtype, shape, pass_)
@@ -657,7 +665,11 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
     legend = {}
     for group, label, value, style in references:
         left, right = spans[group]
-        (line,) = ax.plot([left - 0.1, right + 0.1], [value, value], zorder=2, **style)
+        style = dict(dict(zorder=2), **style)
+        (line,) = ax.plot([left - 0.1, right + 0.1], [value, value], **style)
+        if label.startswith("measured"):  # the ceiling's value, named, above its band
+            ax.text(left - 0.1, value * 1.1, f"GEMM ceiling {value:.3g}", ha="left",
+                    va="bottom", fontsize=7.5, color="#3d6a91", zorder=5)
         legend.setdefault(label, line)
     for (x, step), value in zip(positions, values):
         color = _STAGE_COLORS.get(step.stage[:2], "#555555")
@@ -691,7 +703,8 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
     _legend_right(fig, handles, labels, title="in each bar: TFLOP/s (top),\n% of SOL (bottom)",
                   title_fontsize=8.5)
     fig.suptitle(f"The course's ladder: each stage at its headline shape — {results.gpu}\n"
-                 "seed 004's TFLOP/s and % of SOL ladder, extended to every stage of the course",
+                 f"the TFLOP/s and % of SOL table of {SOL_ARTICLE}, extended to every stage "
+                 "of the course",
                  fontsize=11)
     _footer(fig, results)
     return {"ladder": fig}
@@ -754,7 +767,7 @@ def chapter_speedup_figure(results: Results) -> dict[str, Figure]:
     return {"chapter_speedup": fig}
 
 
-# ---- (3) seed 003: the FP32 stages against PyTorch's FP32 SDPA ------------------------------
+# ---- (3) the FP32 stages against PyTorch's FP32 SDPA (SDPA_ARTICLE's comparison) -----------
 
 def fp32_vs_sdpa_figure(results: Results) -> dict[str, Figure]:
     """The FP32 stages' forward time against N beside PyTorch's FP32 SDPA and eager attention,
@@ -808,7 +821,7 @@ def fp32_vs_sdpa_figure(results: Results) -> dict[str, Figure]:
         note = "\nno PyTorch FP32 SDPA rows in this run (PyTorch was not importable)"
     _legend_right(fig, list(legend.values()), list(legend.keys()))
     fig.suptitle(f"The FP32 stages against PyTorch's FP32 SDPA — {results.gpu}\n"
-                 f"seed 003's comparison; {_shape_text(*config)}, non-causal{note}",
+                 f"the comparison of {SDPA_ARTICLE}\n{_shape_text(*config)}, non-causal{note}",
                  fontsize=10.5)
     _footer(fig, results, flop_note=False)
     return {"fp32_vs_sdpa": fig}
@@ -995,6 +1008,121 @@ def forward_backward_vs_seqlen(results: Results) -> dict[str, Figure]:
         raise NoData("no sweep over sequence length with a BF16 stage")
     return figures
 
+
+
+# ---- (6b) the Hopper stages as a ratio to FlashAttention-2 and cuDNN -------------------------
+
+HOPPER_FIRST = "08"  # the first stage that needs sm_90a
+RATIO_BASELINES = [("torch_flash", "FlashAttention-2 (PyTorch flash)"),
+                   ("torch_cudnn", "cuDNN (PyTorch cuDNN)")]
+_RATIO_TICKS = [0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0]
+# Above this the figure is cut: at the shortest lengths the baselines' fixed costs dominate and
+# ratios of 4 to 8 would squeeze the range where the stages and the baselines meet.
+RATIO_TOP = 3.0
+
+
+def hopper_ratio_lines(results: Results, config, causal: bool, baseline: str) -> list[tuple]:
+    """(impl, pass, [(N, baseline time / stage time)]) for the Hopper stages' forward passes
+    (08 on, each timed kernel, 11's copy of 10's forward included) and every BF16 backward
+    (07's and 11's). A ratio is taken only between two rows of one run: same GPU, same commit."""
+    lines = []
+    for pass_ in ("fwd", "bwd"):
+        series = _series(results, config, causal, pass_)
+        reference = {r.len_q: r for r in series.get((baseline, "bf16"), [])}
+        for impl, rows in series.items():
+            stage, dtype = impl
+            if not is_stage(stage) or dtype != "bf16":
+                continue
+            if pass_ == "fwd" and stage[:2] < HOPPER_FIRST:
+                continue
+            points = [(r.len_q, reference[r.len_q].median_ms / r.median_ms) for r in rows
+                      if r.len_q in reference and reference[r.len_q].commit == r.commit
+                      and reference[r.len_q].gpu == r.gpu]
+            if points:
+                lines.append((impl, pass_, points))
+    return lines
+
+
+def _ratio_style(impl: tuple[str, str], pass_: str) -> dict:
+    """Forward solid; a forward that is an earlier stage's code (11's = 10's) dotted with hollow
+    markers; backward dashed."""
+    style = impl_style(impl)
+    if pass_ == "bwd":
+        style.update(linestyle="--")
+    elif FORWARD_COPIES.get(impl[0]):
+        style.update(linestyle=":", markerfacecolor="white")
+    return style
+
+
+def _ratio_label(impl: tuple[str, str], pass_: str) -> str:
+    copy = FORWARD_COPIES.get(impl[0]) if pass_ == "fwd" else None
+    what = "backward pass" if pass_ == "bwd" else "forward pass"
+    return f"{stage_title(impl[0])}, {what}" + (f"\n(= {copy[:2]}'s code)" if copy else "")
+
+
+def hopper_ratio_figure(results: Results) -> dict[str, Figure]:
+    """Each Hopper stage's speed over FlashAttention-2's (top) and cuDNN's (bottom) against N,
+    for every seqlen configuration, non-causal and causal: the ratios the log-time plots hide."""
+    columns = []
+    for config in seqlen_configs(results):
+        for causal in (False, True):
+            if any(hopper_ratio_lines(results, config, causal, b) for b, _ in RATIO_BASELINES):
+                columns.append((config, causal))
+    baselines = [(b, title) for b, title in RATIO_BASELINES
+                 if any(hopper_ratio_lines(results, c, k, b) for c, k in columns)]
+    if not columns or not baselines:
+        raise NoData("no Hopper stage and PyTorch flash or cuDNN rows of one run in a sweep "
+                     "over sequence length")
+    fig = _figure(3.6 * len(columns) + 3.3, 1.8 + 3.8 * len(baselines))
+    fig.subplots_adjust(left=1.0 / fig.get_figwidth(), right=_legend_edge(fig, 2.7),
+                        bottom=0.75 / fig.get_figheight(), top=1 - 1.25 / fig.get_figheight(),
+                        wspace=0.12, hspace=0.3)
+    grid = fig.subplots(len(baselines), len(columns), sharey=True, squeeze=False)
+    legend, values, clipped = {}, [], 0
+    for row_index, (baseline, title) in enumerate(baselines):
+        for column_index, (config, causal) in enumerate(columns):
+            ax = grid[row_index][column_index]
+            lengths = set()
+            for impl, pass_, points in hopper_ratio_lines(results, config, causal, baseline):
+                lengths.update(n for n, _ in points)
+                values += [v for _, v in points]
+                clipped = max([clipped] + [v for _, v in points if v > RATIO_TOP * 1.05])
+                (line,) = ax.plot(*zip(*points), **_ratio_style(impl, pass_))
+                legend.setdefault((int(pass_ == "bwd"), impl_order(impl)),
+                                  (line, _ratio_label(impl, pass_)))
+            style = impl_style((baseline, "bf16"))
+            one = ax.axhline(1.0, color=style["color"], linewidth=1.2, linestyle=style["linestyle"])
+            legend.setdefault((2, row_index), (one, f"1× = {title}"))
+            if lengths:
+                _log2_length_axis(ax, lengths)
+            ax.tick_params(axis="x", labelsize=7.5)
+            ax.grid(True, which="major", alpha=0.3)
+            batch, heads, head_dim = config
+            if row_index == 0:
+                ax.set_title(f"d={head_dim} (B={batch}, H={heads}), "
+                             f"{'causal' if causal else 'non-causal'}", fontsize=9.5)
+            if row_index == len(baselines) - 1:
+                ax.set_xlabel("sequence length N (Lq = Lkv)")
+            if column_index == 0:
+                ax.set_ylabel(f"over {title.split(' (')[0]}\n(× its speed, log scale)", fontsize=9.5)
+    low, high = min(values + [1.0]) / 1.12, min(max(values + [1.0]) * 1.12, RATIO_TOP * 1.05)
+    axis = grid[0][0]
+    axis.set_yscale("log")
+    axis.set_ylim(low, high)
+    axis.set_yticks([t for t in _RATIO_TICKS if low <= t <= high])
+    axis.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    axis.yaxis.set_minor_formatter(NullFormatter())
+    axis.yaxis.set_minor_locator(NullLocator())
+    ordered = [legend[key] for key in sorted(legend)]
+    _legend_right(fig, [h for h, _ in ordered], [label for _, label in ordered], labelspacing=0.8)
+    fig.suptitle(f"The Hopper stages against FlashAttention-2 and cuDNN — {results.gpu}\n"
+                 "speed ratio = the baseline's median time / the stage's, both rows from one run; "
+                 "above the baseline's line (1×) the stage is faster;\nsolid: forward, dashed: "
+                 "backward (07's and 11's against the baseline's backward)" +
+                 (f"\ncut at {RATIO_TOP:g}×: the shortest lengths, where the baselines' fixed "
+                  f"costs dominate, reach {clipped:.1f}×" if clipped else ""), fontsize=10.5)
+    _footer(fig, results, flop_note=False)
+    return {"hopper_ratio": fig}
 
 
 # ---- (5) roofline ---------------------------------------------------------------------------
@@ -1200,7 +1328,8 @@ def ceilings_markdown(results: Results) -> str:
 # ---- driver ---------------------------------------------------------------------------------
 
 FIGURES = [ladder_figure, chapter_speedup_figure, fp32_vs_sdpa_figure, runtime_vs_seqlen,
-           speedup_over_naive, forward_backward_vs_seqlen, roofline, memory_vs_seqlen]
+           speedup_over_naive, forward_backward_vs_seqlen, hopper_ratio_figure, roofline,
+           memory_vs_seqlen]
 
 
 def figure_png(fig: Figure) -> bytes:
