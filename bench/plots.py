@@ -79,6 +79,10 @@ DPI = 120
 SDPA_ARTICLE = ("the article \"Attention To Flash Attention: Out Performing SPDA with CUDA Kernels "
                 "From Scratch\"")
 SOL_ARTICLE = "gau-nernst's \"Writing Speed-of-Light Flash Attention for 5090 in CUDA C++\""
+PALLAS_ARTICLE = "\"How to Write a Flash Attention Kernel in Pallas\""
+SERIES_ARTICLE = ("\"Writing a Custom Attention Kernel: From Naive to Tiled to "
+                  "FlashAttention-Style\" (CUDA Kernel Engineering, part 19)")
+RTX4050_REPOSITORY = "the RTX 4050 Mobile CUDA attention repository"  # it gives no title
 ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -871,8 +875,8 @@ def runtime_vs_seqlen(results: Results) -> dict[str, Figure]:
         ordered = sorted(legend, key=impl_order)
         _legend_right(fig, [legend[i] for i in ordered], [impl_label(i) for i in ordered])
         fig.suptitle(f"Forward time against sequence length — {results.gpu}\n"
-                     f"{_shape_text(*config)}; seed 002's runtime plot, the stages with "
-                     "PyTorch's flash, cuDNN and eager attention", fontsize=10.5)
+                     f"{_shape_text(*config)}; the runtime plot of {RTX4050_REPOSITORY}, the "
+                     "stages with PyTorch's flash, cuDNN and eager attention", fontsize=10.5)
         _footer(fig, results, flop_note=False)
         figures[f"runtime_{_config_slug(*config)}"] = fig
     return figures
@@ -921,8 +925,8 @@ def speedup_over_naive(results: Results) -> dict[str, Figure]:
         ordered = sorted(legend, key=impl_order)
         _legend_right(fig, [legend[i] for i in ordered], [impl_label(i) for i in ordered])
         fig.suptitle(f"Forward speedup over {stage_title(NAIVE)} — {results.gpu}\n"
-                     f"{_shape_text(*config)}; seed 002's speedup plot; ratio of median times "
-                     "of one run", fontsize=10.5)
+                     f"{_shape_text(*config)}; the speedup plot of {RTX4050_REPOSITORY}; "
+                     "ratio of median times of one run", fontsize=10.5)
         _footer(fig, results, flop_note=False)
         figures[f"speedup_{_config_slug(*config)}"] = fig
     return figures
@@ -946,7 +950,7 @@ def _fastest(series: dict[tuple, list[Row]], candidates) -> tuple | None:
 
 
 def forward_backward_vs_seqlen(results: Results) -> dict[str, Figure]:
-    """Seed 001's figure: forward and backward time against N for PyTorch eager (the unfused
+    """PALLAS_ARTICLE's figure: forward and backward time against N for PyTorch eager (the unfused
     reference), the course's fastest BF16 stage of that pass, PyTorch flash and cuDNN."""
     figures = {}
     configs = sorted(set(seqlen_configs(results, "fwd")) | set(seqlen_configs(results, "bwd")),
@@ -999,8 +1003,9 @@ def forward_backward_vs_seqlen(results: Results) -> dict[str, Figure]:
                 if not ax.has_data():
                     ax.set_axis_off()
         fig.suptitle(f"Forward and backward time against sequence length — {results.gpu}\n"
-                     f"{_shape_text(*config)}, BF16; seed 001's forward/backward figure: "
-                     "eager, the course's fastest stage of the pass, flash, cuDNN", fontsize=10.5)
+                     f"{_shape_text(*config)}, BF16; the forward/backward figure of "
+                     f"{PALLAS_ARTICLE}:\neager, the course's fastest stage of the pass, flash, "
+                     "cuDNN", fontsize=10.5)
         _legend_right(fig, list(legend.values()), list(legend.keys()))
         _footer(fig, results, flop_note=False)
         figures[f"fwd_bwd_{_config_slug(*config)}"] = fig
@@ -1214,8 +1219,8 @@ def roofline(results: Results) -> dict[str, Figure]:
                                     "same point, counting the\nworkspace written + read once"]
     _legend_right(fig, handles, labels)
     fig.suptitle(f"Roofline with measured ceilings — {results.gpu}\n"
-                 "seed 001's roofline; minimum bytes: inputs read once, outputs written once "
-                 "(LSE in FP32)",
+                 f"the roofline of {PALLAS_ARTICLE}; minimum bytes: inputs read once, outputs "
+                 "written once (LSE in FP32)",
                  fontsize=11)
     _footer(fig, results)
     return {"roofline": fig}
@@ -1250,9 +1255,9 @@ def memory_vs_seqlen(results: Results) -> dict[str, Figure]:
     if not configs:
         raise NoData("no workspace_bytes in a forward sweep over sequence length")
     device = _device_memory_bytes(results)
-    fig = _figure(5.6 * len(configs) + 3.4, 5.6)
+    fig = _figure(5.6 * len(configs) + 3.4, 5.9)
     fig.subplots_adjust(left=0.85 / fig.get_figwidth(), right=_legend_edge(fig, 3.2),
-                        bottom=0.14, top=0.86, wspace=0.22)
+                        bottom=0.14, top=0.82, wspace=0.22)
     axes = fig.subplots(1, len(configs), squeeze=False)[0]
     legend = {}
     for ax, config in zip(axes, configs):
@@ -1308,8 +1313,8 @@ def memory_vs_seqlen(results: Results) -> dict[str, Figure]:
     labels = list(legend.keys()) + ["hollow marker: skipped at that N\n(workspace as reported)"]
     _legend_right(fig, handles, labels, labelspacing=0.9)
     fig.suptitle(f"Device memory vs sequence length — {results.gpu}\n"
-                 "seed 000's memory comparison: Q, K, V, O and the FP32 LSE, plus the workspace "
-                 "each implementation reports (workspace_bytes column)", fontsize=11)
+                 f"the memory comparison of {SERIES_ARTICLE}:\nQ, K, V, O and the FP32 LSE, plus "
+                 "the workspace each implementation reports (workspace_bytes column)", fontsize=11)
     _footer(fig, results, flop_note=False)
     return {"memory": fig}
 
