@@ -113,30 +113,16 @@ diagrams:
 # compute-sanitizer over every stage (the sanitize target of common/stage.mk; docs/sanitizers.md).
 # Every stage runs even after one fails. Everything printed also goes to build/sanitize.log,
 # which ends, as the terminal does, with every stage's per-tool lines and one line that sums them
-# (sanitize: 12 stages x 4 tools, 0 errors ...). Fails on any error, failed case, or stage
-# that gave no result.
+# (common/sum_sanitize.sh: sanitize: 12 stages x 4 tools, 0 errors ...). Fails on any error,
+# failed case, or stage that gave no result.
 sanitize: all
 	@mkdir -p build; start=$$(date +%s); \
 	for stage in $(STAGES); do rm -f build/$$stage/sanitize-summary.txt; done; \
 	{ echo "== make sanitize: commit $$(git rev-parse --short HEAD 2>/dev/null)$$(git diff --quiet HEAD 2>/dev/null || echo ' with uncommitted changes'), $$(date -u '+%Y-%m-%d %H:%M UTC')"; \
 	  $(NVIDIA_SMI) -L; $(COMPUTE_SANITIZER) --version | tail -n 1; \
 	  for stage in $(STAGES); do $(MAKE) --no-print-directory -C $$stage sanitize; done; } 2>&1 | tee build/sanitize.log; \
-	say() { echo "$$1"; echo "$$1" >> build/sanitize.log; }; \
-	say "== make sanitize: every stage and tool"; \
-	errors=0 runs=0 ok=0 skipped=0 failed="" tools=""; \
-	for stage in $(STAGES); do \
-	  if [ ! -s build/$$stage/sanitize-summary.txt ]; then \
-	    say "sanitize: $$stage: no result (its build or its run stopped early)"; failed="$$failed, $$stage"; continue; fi; \
-	  while read -r line; do \
-	    say "$$line"; set -- $$line; tool=$${3%:}; result=$${4%,}; runs=$$((runs + 1)); \
-	    case " $$tools " in *" $$tool "*) ;; *) tools="$$tools $$tool";; esac; \
-	    case $$5 in ''|*[!0-9]*) ;; *) errors=$$((errors + $$5));; esac; \
-	    case $$result in ok) ok=$$((ok + 1));; skipped) skipped=$$((skipped + 1));; *) failed="$$failed, $$2 $$tool";; esac; \
-	  done < build/$$stage/sanitize-summary.txt; \
-	done; \
-	set -- $$tools; \
-	say "sanitize: $(words $(STAGES)) stages x $$# tools, $$errors errors ($$runs runs: $$ok ok, $$skipped skipped$${failed:+, failed: $${failed#, }}; $$(( $$(date +%s) - start )) s; log: build/sanitize.log)"; \
-	[ -z "$$failed" ]
+	bash common/sum_sanitize.sh $$(( $$(date +%s) - start )) $(STAGES) > build/sanitize-sum.txt; status=$$?; \
+	cat build/sanitize-sum.txt; cat build/sanitize-sum.txt >> build/sanitize.log; exit $$status
 
 # make profile STAGE=04: the report goes to build/<stage folder>/profile.ncu-rep. STAGE is
 # passed on as the folder's name: the stage's own makefile names its build folder after it.

@@ -172,16 +172,11 @@ bench: $(BENCH_BIN)
 
 # compute-sanitizer over the GPU cases tagged for it: the `sanitize:` cases, small shapes that
 # reach every code path (docs/sanitizers.md). Each tool runs the Doctest filter
-# SANITIZE_CASES_<tool> (patterns, comma-separated) with SANITIZE_FLAGS_<tool>; a stage narrows
-# a tool's cases where the tool cannot see what its kernels write, saying why in its Makefile.
-# racecheck keeps its default report (one hazard per pair of racing accesses); every tool runs
-# with --error-exitcode 1. Every tool runs even when one fails; each one's output goes to
-# build/<STAGE>/sanitize-<tool>.log, and its result to one line, printed and written to
-# build/<STAGE>/sanitize-summary.txt (which the top-level make sanitize sums):
-#   sanitize: <STAGE> <tool>: ok|FAILED|skipped, <N> errors, <cases run> cases, <seconds> s (<what compute-sanitizer summed up>)
-# N counts compute-sanitizer's errors, racecheck's warnings included. The target fails when a
-# tool reports an error, a case fails, or the filter matches no case; `skipped` (the stage's GPU
-# cases cannot run on this GPU) does not fail.
+# SANITIZE_CASES_<tool> with SANITIZE_FLAGS_<tool>; a stage narrows a tool's cases where the tool
+# cannot see what its kernels write, saying why in its Makefile. common/sanitize.sh runs every
+# tool (even after one fails) with --error-exitcode 1, keeps each one's output in
+# build/<STAGE>/sanitize-<tool>.log and prints one line per tool, also written to
+# build/<STAGE>/sanitize-summary.txt for the top-level make sanitize.
 SANITIZE_TOOLS ?= memcheck racecheck synccheck initcheck
 SANITIZE_CASES ?= sanitize:*
 SANITIZE_CASES_memcheck  ?= $(SANITIZE_CASES)
@@ -190,31 +185,8 @@ SANITIZE_CASES_synccheck ?= $(SANITIZE_CASES)
 SANITIZE_CASES_initcheck ?= $(SANITIZE_CASES)
 SANITIZE_FLAGS_memcheck  ?= --leak-check full
 sanitize: $(TEST_BIN)
-	@rm -f $(BUILD)/sanitize-summary.txt; failed=0; \
-	for run in $(foreach tool,$(SANITIZE_TOOLS),"$(tool)|$(SANITIZE_FLAGS_$(tool))|$(SANITIZE_CASES_$(tool))"); do \
-	  tool=$${run%%|*}; rest=$${run#*|}; flags=$${rest%%|*}; cases=$${rest#*|}; \
-	  log=$(BUILD)/sanitize-$$tool.log; rm -f $$log.status $$log.cases; start=$$(date +%s); \
-	  echo "== compute-sanitizer --tool $$tool $$flags: $(STAGE) ($$cases)"; \
-	  { TEST_SUMMARY_FILE=$$log.cases $(COMPUTE_SANITIZER) --tool $$tool $$flags --error-exitcode 1 \
-	      $(TEST_BIN) --test-case="$$cases" 2>&1; echo $$? > $$log.status; } | tee $$log; \
-	  status=$$(cat $$log.status); seconds=$$(( $$(date +%s) - start )); \
-	  errors=$$(awk '/^========= ERROR SUMMARY:/ { n = $$4 } \
-	    /^========= RACECHECK SUMMARY:/ { gsub(/[(,]/, " "); n = $$7 + $$9 } END { print n == "" ? "?" : n }' $$log); \
-	  said=$$(grep -E '^========= (ERROR|RACECHECK|LEAK) SUMMARY' $$log | sed 's/^========= //' | paste -sd ';' - | sed 's/;/; /g'); \
-	  set -- $$(sed 's/.*: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped/\1 \2 \3/' $$log.cases 2>/dev/null) x x x; \
-	  passed=$$1; failures=$$2; skips=$$3; rm -f $$log.status $$log.cases; \
-	  if [ "$$passed" = x ]; then result=FAILED; said="the test binary did not finish; $$said"; \
-	  elif [ $$status -eq 0 ] && [ "$$errors" = 0 ] && [ $$passed -eq 0 ] && [ $$skips -gt 0 ]; then \
-	    result=skipped; said="$$(grep -m 1 '^== $(STAGE) ' $$log | sed 's/^== //'); $$said"; \
-	  elif [ $$status -ne 0 ] || [ "$$errors" != 0 ] || [ $$failures -ne 0 ] || [ $$passed -eq 0 ]; then result=FAILED; \
-	  else result=ok; fi; \
-	  [ "$$passed" != x ] && [ $$failures -ne 0 ] && said="$$failures cases failed; $$said"; \
-	  [ "$$passed" = 0 ] && [ "$$failures$$skips" = 00 ] && said="no case matched '$$cases'; $$said"; \
-	  [ $$result = FAILED ] && failed=1; \
-	  echo "sanitize: $(STAGE) $$tool: $$result, $$errors errors, $$passed cases, $$seconds s ($$said)" \
-	    | tee -a $(BUILD)/sanitize-summary.txt; \
-	done; \
-	exit $$failed
+	@COMPUTE_SANITIZER=$(COMPUTE_SANITIZER) bash $(COMMON)/sanitize.sh $(STAGE) $(TEST_BIN) $(BUILD) \
+	  $(foreach tool,$(SANITIZE_TOOLS),"$(tool)|$(SANITIZE_FLAGS_$(tool))|$(SANITIZE_CASES_$(tool))")
 
 # Nsight Compute over the first NCU_COUNT kernels of the headline shape (or BENCH_ARGS);
 # KERNEL=regex narrows it to one kernel. The report lands in build/<STAGE>/profile.ncu-rep.
