@@ -4,24 +4,35 @@ common/stage_abi.py), the cuBLAS eager baselines (built as stages) and the PyTor
 (bench/baselines.py), timed in one process by one rule, so that the ratios the course prints
 compare numbers taken under the same conditions.
 
-The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measured the times):
-  * per shape and pass, ROUNDS rounds; each round runs every implementation once, in an order
-    rotated by one place per round and reversed every other round, so that no implementation
-    always follows the same one;
-  * in a round an implementation gets fresh input sets (rotated so that no call finds its inputs
-    in L2), WARMUP_SECONDS of untimed calls (at least one; on its first round of a shape also one
-    call more that is never counted: plans are built, modules load), then a timed window of
-    WINDOW_SECONDS (at least one call), every call between two CUDA events;
-  * the round's time is the median of its calls; the row's median_ms is the median over rounds,
-    round_min_ms and round_max_ms their spread, min_ms the fastest call of all;
-  * the SM clock and the board power (NVML) are read at the end of every timed window; the row
-    keeps the medians over its rounds (sm_clock_mhz, power_w);
-  * forward rounds of a shape run before its backward rounds, for every implementation.
+The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measured the clocks):
+  * per shape and pass, every implementation is made resident (its input sets made, rotated so
+    that no call finds its inputs in L2) and called twice untimed (the first call pays the
+    one-time costs: plans built, modules loaded);
+  * then the implementations take turns in slices of SLICE_SECONDS of calls (at least one),
+    the order rotated by one place per turn and reversed every other turn, until each has
+    TIMED_SECONDS of timed calls (or MAX_CALLS calls). An H100 under load swings its clock by
+    several percent every 100-200 ms: slices much shorter than that, spread over seconds, give
+    every implementation the same mix of fast and slow moments, so a ratio of two of them
+    does not depend on which moments each happened to get;
+  * every call is timed between two CUDA events. A call shorter than Python's cost of issuing
+    it would leave the GPU waiting between calls and the events would time the host, so the
+    slices of such an implementation go in behind a GPU sleep (torch.cuda._sleep) longer than
+    issuing them takes: the GPU runs their calls back to back;
+  * implementations whose memory would crowd the others out (a workspace or PyTorch
+    intermediates beyond HEAVY_BYTES: the materialised score matrix of 00_naive, the cuBLAS
+    baselines, PyTorch's math and eager paths at long sequences) take their slices alone, right
+    after the others, by the same rule;
+  * the row's median_ms is the median of all its timed calls, min_ms the fastest; rounds is
+    the number of slices, round_min_ms and round_max_ms the spread of the slice medians;
+    sm_clock_mhz and power_w the medians of NVML's readings after each turn of slices;
+  * forward slices of a shape run before its backward slices, for every implementation.
 The stages that carry a copy of another's forward (07 of 06, 11 of 10) are compared with it at
 every shape, and the run says whether they agree within AA_TOLERANCE (the A/A check).
 
 FLOPs follow the FlashAttention convention: forward 4*B*H*Lq*Lk*D (halved when causal), backward
-2.5x forward. FP32 implementations are timed forward only: no stage has an FP32 backward.
+2.5x forward. FP32 implementations are timed forward only (no stage has an FP32 backward), and
+not at d = 128 with N = 16384 (FP32_LEFT_OUT): seconds a call for stages 00 and 01, read by no
+chapter, and most of what would take `make bench` past ten minutes.
 
 Needs PyTorch with CUDA (tensors, events and the baselines); bench/run_bench.sh checks first.
 """
@@ -29,6 +40,7 @@ Needs PyTorch with CUDA (tensors, events and the baselines); bench/run_bench.sh 
 import argparse
 import contextlib
 import csv
+import ctypes
 import gc
 import math
 import os
@@ -46,17 +58,24 @@ import stage_abi  # noqa: E402
 from schema import (CSV_COLUMNS, CSV_EXTRA_COLUMNS, FLOP_CONVENTION, SOL_CEILING,  # noqa: E402
                     read_sweeps)
 
-ROUNDS = 3
-WARMUP_SECONDS = 0.03
-WINDOW_SECONDS = 0.1
-MAX_CALLS = 2000          # a window of calls of a few microseconds stops here
-L2_MULTIPLE = 4           # the input sets of one round exceed this many times the L2 size
+TIMED_SECONDS = 0.15      # timed calls per implementation, shape and pass
+SLICE_SECONDS = 0.005     # one implementation's turn
+MAX_CALLS = 600           # an implementation of calls of a few microseconds stops here
+BURST_CALLS = 50          # calls issued behind one GPU sleep
+SLEEP_MARGIN = 1.5        # the sleep lasts this many times issuing the burst should take
+MAX_SLEEP_SECONDS = 0.05
+STEP_LIMIT_SECONDS = 120  # no group of one shape and pass takes this long: a stop, not a wait
+HOST_BOUND = 2.0          # a call whose GPU time is under this many times its issue time sleeps
+MAX_GPU_HZ = 2.0e9        # cycles per second the sleep is converted at: no H100 clock is faster
+HEAVY_BYTES = 2 << 30     # workspace or intermediates beyond this: slices alone
+L2_MULTIPLE = 4           # the input sets of one implementation exceed this many times the L2
 MEMORY_RESERVE_BYTES = 1 << 30
-CACHE_LIMIT_BYTES = 8 << 30  # PyTorch's cached blocks are handed back beyond this
 AA_PAIRS = [("11_hopper_backward", "10_pingpong"), ("07_backward", "06_pipelined")]
 AA_TOLERANCE = 0.02
 # torch_sdpa (PyTorch's own dispatch) in FP32 only: in BF16 it runs one of the fused backends
 # measured beside it. flash and cudnn take 16-bit inputs only.
+# FP32 implementations are not timed at these (head_dim, sequence length) pairs; see above.
+FP32_LEFT_OUT = {(128, 16384)}
 TORCH_BACKENDS = {"bf16": ["flash", "cudnn", "efficient", "math", "eager"],
                   "fp32": ["efficient", "math", "eager", "sdpa"]}
 
@@ -66,6 +85,14 @@ class Skip(Exception):
 
 
 # ---- implementations --------------------------------------------------------------------------
+
+def fp32_left_out(dtype_name, shape):
+    """Why an FP32 implementation is not timed at this shape, or ""."""
+    if dtype_name == "fp32" and (shape.head_dim, max(shape.len_q, shape.len_kv)) in FP32_LEFT_OUT:
+        return (f"FP32 implementations are not timed at d = {shape.head_dim} with N = "
+                f"{max(shape.len_q, shape.len_kv)} (bench/driver.py, FP32_LEFT_OUT)")
+    return ""
+
 
 class StageImplementation:
     """A stage (or a cuBLAS baseline) called through its library."""
@@ -94,10 +121,14 @@ class StageImplementation:
             return f"len_kv {shape.len_kv} is beyond the stage's limit of {caps.max_len_kv}"
         if shape.causal and not caps.causal:
             return "causal is not supported"
-        return ""
+        return fp32_left_out(self.dtype_name, shape)
 
-    def round_context(self, pass_name):
+    def call_context(self, pass_name):
         return contextlib.nullcontext()
+
+    def heavy_bytes(self, shape, pass_name):
+        """What a call needs beyond its inputs and outputs (the stage's own workspace)."""
+        return self.workspace(shape, pass_name)
 
     def workspace(self, shape, pass_name):
         c_shape = stage_abi.Shape(*shape.key())
@@ -157,14 +188,23 @@ class TorchImplementation:
         self.passes = ["fwd"] if dtype_name == "fp32" else ["fwd", "bwd"]
 
     def unsupported(self, shape, pass_name, gpu_capability):
-        return ""
+        return fp32_left_out(self.dtype_name, shape)
 
     def workspace(self, shape, pass_name):
         return None  # measured on the first call
 
-    def round_context(self, pass_name):
+    def heavy_bytes(self, shape, pass_name):
+        """An estimate, before any call: the math and eager paths hold the scores and the
+        probabilities in memory (and keep them for the backward); the fused backends do not."""
+        if self.backend not in ("math", "eager"):
+            return 0
+        element = 4 if self.dtype_name == "fp32" else 2
+        scores = shape.batch * shape.heads * shape.len_q * shape.len_kv * element
+        return scores * (4 if pass_name == "bwd" else 2)
+
+    def call_context(self, pass_name):
         """The backend's sdpa_kernel context (and no_grad for the forward), entered once per
-        round rather than once per call."""
+        slice rather than once per call."""
         stack = contextlib.ExitStack()
         if pass_name == "fwd":
             stack.enter_context(self.torch.no_grad())
@@ -205,56 +245,216 @@ class TorchImplementation:
 # ---- timing -----------------------------------------------------------------------------------
 
 class Clocks:
-    """The SM clock (MHz) and board power (W) through NVML, or nothing where it is missing."""
+    """The SM clock (MHz) and board power (W) from NVML, the driver's own library (called through
+    ctypes: no Python package needed), or nothing where it is missing."""
 
-    def __init__(self, device_index):
-        self.handle, self.why_not = None, ""
+    def __init__(self, properties, device_index):
+        self.nvml, self.handle, self.why_not = None, None, ""
         try:
-            import pynvml
-            pynvml.nvmlInit()
-            self.pynvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
-        except Exception as error:  # ImportError, or NVML missing from the driver
-            self.why_not = f"no NVML ({type(error).__name__}: {error}); pip install nvidia-ml-py"
+            nvml = ctypes.CDLL("libnvidia-ml.so.1")
+            if nvml.nvmlInit_v2() != 0:
+                raise OSError("nvmlInit_v2 failed")
+            handle, status = ctypes.c_void_p(), -1
+            bus = getattr(properties, "pci_bus_id", None)
+            if bus is not None:  # the CUDA device's own board, whatever CUDA_VISIBLE_DEVICES says
+                bus_id = (f"{getattr(properties, 'pci_domain_id', 0):08x}:{bus:02x}:"
+                          f"{getattr(properties, 'pci_device_id', 0):02x}.0").encode()
+                status = nvml.nvmlDeviceGetHandleByPciBusId_v2(bus_id, ctypes.byref(handle))
+            if status != 0:
+                status = nvml.nvmlDeviceGetHandleByIndex_v2(device_index, ctypes.byref(handle))
+            if status != 0:
+                raise OSError(f"no NVML handle for the device (status {status})")
+            self.nvml, self.handle = nvml, handle
+        except (OSError, AttributeError) as error:
+            self.why_not = f"no NVML ({error})"
 
     def read(self):
         if self.handle is None:
             return None, None
-        try:
-            clock = self.pynvml.nvmlDeviceGetClockInfo(self.handle, self.pynvml.NVML_CLOCK_SM)
-            power = self.pynvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0
-            return clock, power
-        except Exception:
+        clock, milliwatts = ctypes.c_uint(), ctypes.c_uint()
+        if (self.nvml.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(clock)) != 0  # SM
+                or self.nvml.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(milliwatts)) != 0):
             return None, None
+        return clock.value, milliwatts.value / 1000.0
 
 
-def time_round(torch, call, sets, first_round):
-    """(median ms, min ms, timed calls) of one round: warm-up, then the timed window."""
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    index = 0
-    if first_round:  # one-time costs (plans, module loading): never counted
-        call(index)
-        index += 1
+class Resident:
+    """One implementation made ready for a shape and pass: its inputs, its call, its timings."""
+
+    def __init__(self, impl, entry, call, pass_name):
+        self.impl, self.entry, self.call, self.pass_name = impl, entry, call, pass_name
+        self.index = 0          # the next input set (call rotates over them)
+        self.gpu_ms = 0.0       # one call's GPU time, from the second untimed call
+        self.issue_seconds = 0.0  # Python's time to issue one call (untimed calls, idle GPU)
+        self.pending = []       # this turn's (begin, end) events
+        self.times = []         # every timed call, ms
+        self.slices = []        # each slice's median, ms
+
+    def done(self):
+        return sum(self.times) >= TIMED_SECONDS * 1e3 or len(self.times) >= MAX_CALLS
+
+    def issue(self, torch, calls):
+        """Issues `calls` timed calls, behind a GPU sleep per burst where the host is the
+        bottleneck. The sleep is sized from issue_seconds, measured once on an idle GPU: a
+        burst issued behind a sleep can block on a full launch queue, and its time would
+        grow the next sleep, and so on."""
+        host_bound = self.gpu_ms < HOST_BOUND * self.issue_seconds * 1e3
+        with self.impl.call_context(self.pass_name):
+            for first in range(0, calls, BURST_CALLS):
+                count = min(BURST_CALLS, calls - first)
+                if host_bound:
+                    sleep = min(SLEEP_MARGIN * count * self.issue_seconds, MAX_SLEEP_SECONDS)
+                    torch.cuda._sleep(int(sleep * MAX_GPU_HZ))
+                for _ in range(count):
+                    begin = torch.cuda.Event(enable_timing=True)
+                    end = torch.cuda.Event(enable_timing=True)
+                    begin.record()
+                    self.call(self.index)
+                    end.record()
+                    self.pending.append((begin, end))
+                    self.index += 1
+
+    def collect(self):
+        """After a synchronize: the turn's times into the record."""
+        if self.pending:
+            times = [begin.elapsed_time(end) for begin, end in self.pending]
+            self.times.extend(times)
+            self.slices.append(statistics.median(times))
+            self.pending = []
+
+
+def make_resident(torch, impl, shape, pass_name, entry, rotation_bytes):
+    """Inputs made, two untimed calls run: a Resident, or raises Skip."""
+    element = 4 if impl.dtype_name == "fp32" else 2
+    q_bytes = shape.batch * shape.heads * shape.len_q * shape.head_dim * element
+    kv_bytes = shape.batch * shape.heads * shape.len_kv * shape.head_dim * element
+    per_set = (2 * q_bytes + 2 * kv_bytes) * (2 if pass_name == "bwd" else 1)
+    workspace = impl.workspace(shape, pass_name)
+    free, _ = torch.cuda.mem_get_info()
+    usable = free - MEMORY_RESERVE_BYTES - (workspace or 0)
+    if usable < per_set:
+        raise Skip(f"not enough device memory: needs {per_set / 2**30:.2f} GiB of buffers + "
+                   f"{(workspace or 0) / 2**30:.2f} GiB of workspace, {free / 2**30:.2f} GiB free")
+    sets = max(1, min(-(-rotation_bytes // per_set), int(usable // (2 * per_set)) or 1))
+
+    # The inputs, randn + 0.5, drawn in one go per length (one kernel, not hundreds): per set
+    # Q (and dO for the backward) of len_q, K and V of len_kv.
+    draws = {}
+    for length, count in ((shape.len_q, 2 if pass_name == "bwd" else 1), (shape.len_kv, 2)):
+        draws[length] = draws.get(length, 0) + count * sets
+    pools = {}
+
+    def make_input(length):
+        if length not in pools:
+            block = torch.randn(draws[length], shape.batch, shape.heads, length, shape.head_dim,
+                                device="cuda", dtype=impl.dtype).add_(0.5)
+            pools[length] = list(block.unbind(0))
+        return pools[length].pop().detach()
+
+    impl.select(shape)
+    with guarded(torch, impl), impl.call_context(pass_name):
+        prepared = impl.prepare(shape, pass_name, sets, make_input)
+
+        def call(index):
+            return prepared(index % sets)
+        # The first call pays the one-time costs; for PyTorch it also tells the workspace: the
+        # peak one call allocates beyond its inputs, less its outputs.
         torch.cuda.synchronize()
-    warm_ms, last_ms = 0.0, 0.0
-    while warm_ms < WARMUP_SECONDS * 1e3 or index == int(first_round):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        outputs = call(0)
+        torch.cuda.synchronize()
+        if workspace is None:
+            outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+            output_bytes = sum(t.numel() * t.element_size() for t in outputs if hasattr(t, "numel"))
+            workspace = max(0, torch.cuda.max_memory_allocated() - base - output_bytes)
+        del outputs
+        entry["workspace"] = workspace
+        resident = Resident(impl, entry, call, pass_name)
+        issued = time.perf_counter()  # what issue() does per call, on an idle GPU
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        call(index % sets)
+        call(1)
         stop.record()
+        resident.issue_seconds = time.perf_counter() - issued
         stop.synchronize()
-        last_ms = start.elapsed_time(stop)
-        warm_ms += last_ms
-        index += 1
-    calls = max(1, min(MAX_CALLS, math.ceil(WINDOW_SECONDS * 1e3 / max(last_ms, 1e-3))))
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-              for _ in range(calls)]
-    for number, (begin, end) in enumerate(events):
-        begin.record()
-        call((index + number) % sets)
-        end.record()
-    torch.cuda.synchronize()
-    times = [begin.elapsed_time(end) for begin, end in events]
-    return statistics.median(times), min(times), calls
+        resident.gpu_ms = start.elapsed_time(stop)
+        resident.index = 2
+    return resident
+
+
+@contextlib.contextmanager
+def guarded(torch, impl):
+    """Turns a refusal or a lack of memory into Skip; lets a fault through."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        except torch.cuda.OutOfMemoryError as error:
+            raise Skip("out of device memory: " + baselines.first_line(error))
+        except ValueError as refusal:  # a stage's launcher refused the shape
+            raise Skip(str(refusal))
+        except RuntimeError as error:
+            if "CUDA error" in str(error) or isinstance(impl, StageImplementation):
+                raise  # a fault, not a refusal: the context may be unusable
+            raise Skip(baselines.refusal_reason(caught) or baselines.first_line(error))
+
+
+def time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks):
+    """Makes the group's implementations resident, then times them in turns of slices."""
+    residents = []
+    try:
+        for impl in group:
+            entry = state[key(impl)]
+            try:
+                residents.append(make_resident(torch, impl, shape, pass_name, entry,
+                                               rotation_bytes))
+            except Skip as skip:
+                entry["skip"] = str(skip)
+                gc.collect()  # the exception's frames may hold this shape's tensors
+        turn, started = 0, time.perf_counter()
+        while True:
+            waiting = [r for r in residents if not r.done()]
+            if not waiting:
+                break
+            if time.perf_counter() - started > STEP_LIMIT_SECONDS:
+                raise SystemExit(
+                    f"driver.py: {shape.describe()} {pass_name} still timing after "
+                    f"{STEP_LIMIT_SECONDS} s (a bug in the schedule): " + "; ".join(
+                        f"{key(r.impl)} gpu {r.gpu_ms:.4g} ms issue {r.issue_seconds * 1e3:.4g} ms "
+                        f"{len(r.times)} calls {sum(r.times):.4g} ms" for r in waiting))
+            shift = turn % len(waiting)
+            order = waiting[shift:] + waiting[:shift]
+            for resident in (order[::-1] if turn % 2 else order):
+                # A slice's worth of calls, but no more than MAX_CALLS spread over the turns.
+                calls = max(1, math.ceil(SLICE_SECONDS * 1e3 / max(resident.gpu_ms, 1e-3)))
+                calls = min(calls, math.ceil(MAX_CALLS * SLICE_SECONDS / TIMED_SECONDS),
+                            max(1, MAX_CALLS - len(resident.times)))
+                with guarded(torch, resident.impl):
+                    resident.issue(torch, calls)
+            torch.cuda.synchronize()
+            clock, power = clocks.read()
+            for resident in order:
+                resident.collect()
+                if clock is not None:
+                    resident.entry["clock"].append(clock)
+                    resident.entry["power"].append(power)
+            turn += 1
+        for resident in residents:
+            entry = resident.entry
+            entry["times"], entry["slices"] = resident.times, resident.slices
+    except Skip as skip:  # a call refused in the middle of the slices: the group's rows say so
+        for resident in residents:
+            if not resident.entry["skip"] and not resident.entry.get("times"):
+                resident.entry["skip"] = str(skip)
+    finally:
+        del residents
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def key(impl):
+    return impl.name + "/" + impl.dtype_name
 
 
 # ---- the run ----------------------------------------------------------------------------------
@@ -277,23 +477,24 @@ def parse_arguments():
     parser.add_argument("--aa-file", help="where to write the A/A check's table")
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--no-torch-baselines", action="store_true")
-    parser.add_argument("--rounds", type=int, default=ROUNDS)
     arguments = parser.parse_args()
-    if not arguments.describe and not (arguments.stages and arguments.csv):
+    if not arguments.describe and (arguments.stages is None or not arguments.csv):
         parser.error("--stages and --csv are needed")
     return arguments
 
 
-def method(rounds):
-    return (f"rounds (bench/driver.py): {rounds} rounds per shape and pass, each implementation "
-            f"{WARMUP_SECONDS:g} s of warm-up and a {WINDOW_SECONDS:g} s timed window per round, "
-            f"the order rotated by one place and reversed every other round; median over rounds")
+def method():
+    return (f"interleaved slices (bench/driver.py): per shape and pass, every implementation "
+            f"resident and called twice untimed, then turns of {SLICE_SECONDS * 1e3:g} ms slices "
+            f"in a rotating order until each has {TIMED_SECONDS:g} s of timed calls (at most "
+            f"{MAX_CALLS}); host-bound calls behind a GPU sleep; implementations beyond "
+            f"{HEAVY_BYTES >> 30} GiB of workspace alone; median over calls")
 
 
 def main():
     arguments = parse_arguments()
     if arguments.describe:
-        print(method(arguments.rounds))
+        print(method())
         return 0
     try:
         import torch
@@ -312,14 +513,14 @@ def main():
     gpu = properties.name
     gpu_capability = properties.major * 10 + properties.minor
     rotation_bytes = L2_MULTIPLE * (getattr(properties, "L2_cache_size", 0) or (256 << 20))
-    clocks = Clocks(device)
+    clocks = Clocks(properties, device)
 
     implementations = []
     for suite in [s for s in arguments.stages.split(",") if s]:
         implementations.append(StageImplementation(torch, stage_abi.load(suite)))
     if not arguments.no_torch_baselines:
         # Only its attention_function is used here; the timing arguments are its own loop's.
-        runner = baselines.Runner(torch, argparse.Namespace(target_seconds=WINDOW_SECONDS,
+        runner = baselines.Runner(torch, argparse.Namespace(target_seconds=TIMED_SECONDS,
                                                             max_seconds_per_shape=0.0))
         for dtype_name in ("fp32", "bf16"):
             for backend in TORCH_BACKENDS[dtype_name]:
@@ -345,7 +546,7 @@ def main():
 
     print(f"{gpu}, torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; "
           f"{len(implementations)} implementations x {len(shapes)} shapes; "
-          f"{method(arguments.rounds)}", flush=True)
+          f"{method()}", flush=True)
     print(FLOP_CONVENTION, flush=True)
     if clocks.why_not:
         print(f"clocks and power not recorded: {clocks.why_not}", flush=True)
@@ -363,35 +564,22 @@ def main():
                 continue
             reason = impl.unsupported(shape, pass_name, gpu_capability)
             (skipped if reason else active).append((impl, reason))
-        state = {impl.name + "/" + impl.dtype_name: {"rounds": [], "min": math.inf, "calls": 0,
-                                                       "clock": [], "power": [], "skip": "",
-                                                       "workspace": None}
+        state = {key(impl): {"clock": [], "power": [], "skip": "", "workspace": None}
                  for impl, _ in active}
-        for round_index in range(arguments.rounds):
-            # Rotated by one place per round, and reversed every other round, so that no
-            # implementation always runs right after the same one (11 after 10, say).
-            shift = round_index % max(1, len(active))
-            order = active[shift:] + active[:shift]
-            for impl, _ in (order[::-1] if round_index % 2 else order):
-                entry = state[impl.name + "/" + impl.dtype_name]
-                if entry["skip"]:
-                    continue
-                try:
-                    measure(torch, impl, shape, pass_name, entry, round_index == 0,
-                            rotation_bytes, clocks)
-                except Skip as skip:
-                    entry["skip"] = str(skip)
-                    gc.collect()  # the exception's frames may hold this shape's tensors
-                    torch.cuda.empty_cache()
-                if torch.cuda.memory_reserved() > CACHE_LIMIT_BYTES:
-                    torch.cuda.empty_cache()
+        light, heavy = [], []
+        for impl, _ in active:
+            try:
+                (heavy if impl.heavy_bytes(shape, pass_name) > HEAVY_BYTES else light).append(impl)
+            except Skip as skip:
+                state[key(impl)]["skip"] = str(skip)
+        for group in ([light] if light else []) + [[impl] for impl in heavy]:
+            time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks)
         summary = []
         for impl, reason in skipped:
             write_row(writer, gpu, impl, shape, pass_name, None, reason, arguments.commit, ceilings)
         for impl, _ in active:
-            key = impl.name + "/" + impl.dtype_name
-            entry = state[key]
-            if entry["skip"] or not entry["rounds"]:
+            entry = state[key(impl)]
+            if entry["skip"] or not entry.get("times"):
                 write_row(writer, gpu, impl, shape, pass_name, None, entry["skip"] or "not run",
                           arguments.commit, ceilings)
                 continue
@@ -407,63 +595,6 @@ def main():
     return aa_check(results, shapes, arguments.aa_file)
 
 
-def measure(torch, impl, shape, pass_name, entry, first_round, rotation_bytes, clocks):
-    """One round of one implementation: adds to `entry`, or raises Skip."""
-    element = 4 if impl.dtype_name == "fp32" else 2
-    q_bytes = shape.batch * shape.heads * shape.len_q * shape.head_dim * element
-    kv_bytes = shape.batch * shape.heads * shape.len_kv * shape.head_dim * element
-    per_set = (2 * q_bytes + 2 * kv_bytes) * (2 if pass_name == "bwd" else 1)
-    workspace = impl.workspace(shape, pass_name)
-    free, _ = torch.cuda.mem_get_info()
-    usable = free - MEMORY_RESERVE_BYTES - (workspace or 0)
-    if usable < per_set:
-        raise Skip(f"not enough device memory: needs {per_set / 2**30:.2f} GiB of buffers + "
-                   f"{(workspace or 0) / 2**30:.2f} GiB of workspace, {free / 2**30:.2f} GiB free")
-    sets = max(1, min(-(-rotation_bytes // per_set), int(usable // (2 * per_set)) or 1))
-
-    def make_input(length):
-        return torch.randn(shape.batch, shape.heads, length, shape.head_dim, device="cuda",
-                           dtype=impl.dtype) + 0.5
-
-    if workspace:
-        torch.cuda.empty_cache()  # the stage allocates its workspace itself, outside PyTorch's cache
-    impl.select(shape)
-    with warnings.catch_warnings(record=True) as caught, impl.round_context(pass_name):
-        warnings.simplefilter("always")
-        try:
-            call = impl.prepare(shape, pass_name, sets, make_input)
-            if first_round and workspace is None:
-                # The peak one call allocates beyond its inputs, less its outputs.
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-                outputs = call(0)
-                torch.cuda.synchronize()
-                outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-                output_bytes = sum(t.numel() * t.element_size() for t in outputs
-                                   if hasattr(t, "numel"))
-                entry["workspace"] = max(0, torch.cuda.max_memory_allocated() - base - output_bytes)
-                del outputs
-            elif workspace is not None:
-                entry["workspace"] = workspace
-            median_ms, min_ms, calls = time_round(torch, call, sets, first_round)
-        except torch.cuda.OutOfMemoryError as error:
-            raise Skip("out of device memory: " + baselines.first_line(error))
-        except ValueError as refusal:  # a stage's launcher refused the shape
-            raise Skip(str(refusal))
-        except RuntimeError as error:
-            if "CUDA error" in str(error) or isinstance(impl, StageImplementation):
-                raise  # a fault, not a refusal: the context may be unusable
-            raise Skip(baselines.refusal_reason(caught) or baselines.first_line(error))
-    clock, power = clocks.read()
-    entry["rounds"].append(median_ms)
-    entry["min"] = min(entry["min"], min_ms)
-    entry["calls"] += calls
-    if clock is not None:
-        entry["clock"].append(clock)
-        entry["power"].append(power)
-
-
 def write_row(writer, gpu, impl, shape, pass_name, entry, skip, commit, ceilings):
     flops = shape.flops(pass_name)
     common = [gpu, impl.name, impl.dtype_name, shape.batch, shape.heads, shape.len_q, shape.len_kv,
@@ -473,19 +604,18 @@ def write_row(writer, gpu, impl, shape, pass_name, entry, skip, commit, ceilings
         writer.writerow(common + ["", "", "", "", workspace, commit, f"skipped: {skip}",
                                   "", "", "", "", "", ""])
         return None
-    median_ms = statistics.median(entry["rounds"])
+    median_ms = statistics.median(entry["times"])
     tflops = flops / (median_ms * 1e-3) / 1e12
     ceiling = ceilings.get(SOL_CEILING[impl.dtype_name], 0.0)
     pct = f"{100 * tflops / ceiling:.4g}" if ceiling else ""
     clock = f"{statistics.median(entry['clock']):.0f}" if entry["clock"] else ""
     power = f"{statistics.median(entry['power']):.0f}" if entry["power"] else ""
     workspace = "" if entry["workspace"] is None else str(entry["workspace"])
-    writer.writerow(common + [f"{median_ms:.6g}", f"{entry['min']:.6g}", f"{tflops:.5g}", pct,
-                              workspace, commit, "ok", len(entry["rounds"]),
-                              f"{min(entry['rounds']):.6g}", f"{max(entry['rounds']):.6g}",
-                              entry["calls"], clock, power])
-    return {"median_ms": median_ms, "round_min_ms": min(entry["rounds"]),
-            "round_max_ms": max(entry["rounds"])}
+    slices = entry["slices"]
+    writer.writerow(common + [f"{median_ms:.6g}", f"{min(entry['times']):.6g}", f"{tflops:.5g}",
+                              pct, workspace, commit, "ok", len(slices), f"{min(slices):.6g}",
+                              f"{max(slices):.6g}", len(entry["times"]), clock, power])
+    return {"median_ms": median_ms}
 
 
 def aa_check(results, shapes, path):

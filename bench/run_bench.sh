@@ -4,15 +4,11 @@
 #      the top-level Makefile) and of the two cuBLAS eager baselines;
 #   2. measures the ceilings once (cuBLAS BF16 and FP32 GEMM, device-to-device copy), and
 #      PyTorch's matmul beside them as a check;
-#   3. times every stage and baseline over the sweeps, by one of two methods (BENCH_METHOD):
-#        alone   (the default for now) each stage's binary over every shape, one stage after
-#                the other, then the PyTorch baselines (bench/baselines.py);
-#        rounds  one process, bench/driver.py: per shape and pass, every implementation in
-#                rotating rounds, by one rule, with the A/A check of the stages that carry a copy
-#                of another's forward (docs/benchmarking.md); needs PyTorch. It becomes the
-#                default once a run of it on the H100 has passed that check (issue 25);
-#   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log} (and
-#      aa-check.txt with rounds), replacing the previous run's files only once everything
+#   3. times every stage and baseline over the sweeps in one process, bench/driver.py: per shape
+#      and pass, every implementation in rotating rounds, by one rule, with the A/A check of the
+#      stages that carry a copy of another's forward (docs/benchmarking.md); needs PyTorch;
+#   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log,aa-check.txt},
+#      replacing the previous run's files only once everything
 #      succeeded;
 #   5. draws this run's figures into bench/results/<gpu>/img/ (the committed figures in
 #      docs/img/ change only with `make plots`).
@@ -21,21 +17,14 @@
 #
 # usage: bench/run_bench.sh [STAGE_DIR ...]
 # Environment (defaults in brackets): BENCH_SWEEPS [fp32-headline,bf16-headline,seqlen,extra],
-#   BENCH_METHOD [alone] or rounds, BENCH_COMMIT [git HEAD] the commit to record (where the tree
-#   has no .git), BENCH_TARGET_SECONDS [0.05] timed work per shape and BENCH_MAX_SECONDS_PER_SHAPE
-#   [1.5] cap on it (alone only), JOBS [nproc] build parallelism, PYTHON [common/python_env.sh's:
-#   python3 or .deps/venv].
-# The committed H100 run (alone) took 4m54s, building included (its system.txt); a run says when
-# it passes 10 minutes.
+#   BENCH_COMMIT [git HEAD] the commit to record (where the tree has no .git), JOBS [nproc] build
+#   parallelism, PYTHON [common/python_env.sh's: python3 or .deps/venv].
+# A run says when it passes 10 minutes, building included; its system.txt records how long it took.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SWEEPS=${BENCH_SWEEPS:-fp32-headline,bf16-headline,seqlen,extra}
-BENCH_METHOD=${BENCH_METHOD:-alone}
-case $BENCH_METHOD in rounds|alone) ;; *) echo "error: BENCH_METHOD is rounds or alone, not '$BENCH_METHOD'" >&2; exit 2;; esac
-TARGET_SECONDS=${BENCH_TARGET_SECONDS:-0.05}
-MAX_SECONDS_PER_SHAPE=${BENCH_MAX_SECONDS_PER_SHAPE:-1.5}
 JOBS=${JOBS:-$(nproc)}
 START=$SECONDS
 
@@ -44,6 +33,11 @@ problem=$(bash common/require.sh gpu "make bench")
 [ -z "$problem" ] || { echo "error: $problem" >&2; exit 2; }
 if [ -z "${PYTHON:-}" ]; then
     PYTHON=$(bash common/python_env.sh) || { echo "error: $PYTHON" >&2; exit 2; }
+fi
+if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    echo "error: make bench needs PyTorch with CUDA in $PYTHON (pip install torch): the baselines" \
+         "and the schedule that times every stage run on it" >&2
+    exit 2
 fi
 
 elapsed() { printf '%dm%02ds' $(((SECONDS - START) / 60)) $(((SECONDS - START) % 60)); }
@@ -77,8 +71,9 @@ for suite in "${stages[@]}" bench/cublas_fp32 bench/cublas_bf16; do
 done
 
 # ---- build --------------------------------------------------------------------------------
-say "== building ${#suites[@]} benchmark binaries: ${suites[*]}"
-declare -A binary
+# Every suite's C ABI library (what bench/driver.py times), and the benchmark binary of the last
+# suite, cuBLAS BF16, for the ceilings.
+say "== building ${#suites[@]} libraries: ${suites[*]}"
 pids=()
 # The objects the suites share first, suite by suite (common/stage.mk), so that no two makes
 # write the same file; then all suites at once, together about JOBS compiler processes.
@@ -91,11 +86,13 @@ for suite in "${suites[@]}"; do
     fi
 done
 jobs_each=$(((JOBS + ${#suites[@]} - 1) / ${#suites[@]}))
+ceilings_suite=${suites[-1]}
+ceilings_binary=$(make_variable "$ceilings_suite" BENCH_BIN)
 for suite in "${suites[@]}"; do
-    binary[$suite]=$(make_variable "$suite" BENCH_BIN)
-    library=$(make_variable "$suite" LIB)
+    targets=("$(make_variable "$suite" LIB)")
+    [ "$suite" != "$ceilings_suite" ] || targets+=("$ceilings_binary")
     log="$WORK/build-$(basename "$suite").log"
-    make --no-print-directory -C "$suite" -j"$jobs_each" "${binary[$suite]}" "$library" >"$log" 2>&1 &
+    make --no-print-directory -C "$suite" -j"$jobs_each" "${targets[@]}" >"$log" 2>&1 &
     pids+=($!)
 done
 failed=0
@@ -113,52 +110,23 @@ say "== built in $(elapsed)"
 COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
 [ -n "${BENCH_COMMIT:-}" ] || git diff-index --quiet HEAD -- 2>/dev/null || COMMIT="$COMMIT+uncommitted"
 say "== measuring the ceilings"
-"${binary[${suites[-1]}]}" --ceilings --ceilings-file "$WORK/ceilings.csv" | tee -a "$LOG"
+"$ceilings_binary" --ceilings --ceilings-file "$WORK/ceilings.csv" | tee -a "$LOG"
 # PyTorch's matmul right after cuBLAS's GEMM, so that the check on the ceiling sees the GPU in the
 # same state (bench/baselines.py's docstring says why).
-if command -v "$PYTHON" >/dev/null; then
-    "$PYTHON" bench/baselines.py --ceilings-file "$WORK/ceilings.csv" --matmul-ceilings-only 2>&1 | tee -a "$LOG"
-fi
+"$PYTHON" bench/baselines.py --ceilings-file "$WORK/ceilings.csv" --matmul-ceilings-only 2>&1 | tee -a "$LOG"
 GPU=$(awk -F, 'NR == 2 { print $1 }' "$WORK/ceilings.csv" | tr -d '"')
 SLUG=$(echo "$GPU" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
 [ -n "$SLUG" ] || { say "error: no GPU name in the ceilings"; exit 1; }
 
 # ---- every stage and baseline -------------------------------------------------------------
-# BENCH_METHOD=rounds: one process times every implementation by one rule, shape by shape in
-# rotating rounds (bench/driver.py, docs/benchmarking.md); it needs PyTorch. It becomes the
-# default once a run on the H100 has passed its A/A check (issue 25). BENCH_METHOD=alone (the
-# default for now): each stage's own binary times it alone, one stage after the other, then
-# the PyTorch baselines, and the ratios between them are not from one schedule.
-if [ "$BENCH_METHOD" = rounds ] &&
-   ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-    say "error: BENCH_METHOD=rounds needs PyTorch with CUDA in $PYTHON (pip install torch)"
-    exit 2
-fi
-if [ "$BENCH_METHOD" = rounds ]; then
-    METHOD=$("$PYTHON" bench/driver.py --describe)
-    say "== every stage and baseline in one schedule ($(elapsed) so far)"
-    stage_list=$(IFS=,; echo "${suites[*]}")
-    "$PYTHON" -u bench/driver.py --stages "$stage_list" --sweep "$SWEEPS" --csv "$WORK/results.csv" \
-        --ceilings-file "$WORK/ceilings.csv" --aa-file "$WORK/aa-check.txt" --commit "$COMMIT" \
-        2>&1 | tee -a "$LOG"
-else
-    METHOD="alone: each stage's binary over every shape, one stage after the other, then the PyTorch baselines (target seconds per shape $TARGET_SECONDS, at most $MAX_SECONDS_PER_SHAPE)"
-    common_args=(--sweep "$SWEEPS" --csv "$WORK/results.csv" --ceilings-file "$WORK/ceilings.csv"
-                 --commit "$COMMIT" --target-seconds "$TARGET_SECONDS"
-                 --max-seconds-per-shape "$MAX_SECONDS_PER_SHAPE")
-    count=${#suites[@]}
-    for index in "${!suites[@]}"; do
-        suite=${suites[$index]}
-        say "== [$((index + 1))/$((count + 1))] $suite ($((count - index)) left after it, $(elapsed) so far)"
-        "${binary[$suite]}" "${common_args[@]}" 2>&1 | tee -a "$LOG"
-    done
-    say "== [$((count + 1))/$((count + 1))] PyTorch baselines ($(elapsed) so far)"
-    if command -v "$PYTHON" >/dev/null; then
-        "$PYTHON" bench/baselines.py "${common_args[@]}" --no-matmul-ceilings 2>&1 | tee -a "$LOG"
-    else
-        say "$PYTHON not found: no PyTorch baseline rows"
-    fi
-fi
+# One process times every implementation by one rule, shape by shape in rotating rounds
+# (bench/driver.py, docs/benchmarking.md).
+METHOD=$("$PYTHON" bench/driver.py --describe)
+say "== every stage and baseline in one schedule ($(elapsed) so far)"
+stage_list=$(IFS=,; echo "${suites[*]}")
+"$PYTHON" -u bench/driver.py --stages "$stage_list" --sweep "$SWEEPS" --csv "$WORK/results.csv" \
+    --ceilings-file "$WORK/ceilings.csv" --aa-file "$WORK/aa-check.txt" --commit "$COMMIT" \
+    2>&1 | tee -a "$LOG"
 
 # ---- the system the numbers belong to -----------------------------------------------------
 {
