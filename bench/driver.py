@@ -477,6 +477,8 @@ def parse_arguments():
     parser.add_argument("--aa-file", help="where to write the A/A check's table")
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--no-torch-baselines", action="store_true")
+    parser.add_argument("--dtypes", default="fp32,bf16",
+                        help="time only the implementations of these element types")
     arguments = parser.parse_args()
     if not arguments.describe and (arguments.stages is None or not arguments.csv):
         parser.error("--stages and --csv are needed")
@@ -525,6 +527,9 @@ def main():
         for dtype_name in ("fp32", "bf16"):
             for backend in TORCH_BACKENDS[dtype_name]:
                 implementations.append(TorchImplementation(torch, runner, backend, dtype_name))
+
+    dtypes = set(arguments.dtypes.split(","))
+    implementations = [impl for impl in implementations if impl.dtype_name in dtypes]
 
     ceilings = {}
     if arguments.ceilings_file:

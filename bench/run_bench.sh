@@ -17,7 +17,7 @@
 #
 # usage: bench/run_bench.sh [STAGE_DIR ...]
 # Environment (defaults in brackets): BENCH_SWEEPS [fp32-headline,bf16-headline,seqlen,extra],
-#   BENCH_COMMIT [git HEAD] the commit to record (where the tree has no .git), JOBS [nproc] build
+#   BENCH_DTYPES [fp32,bf16] the element types timed, BENCH_COMMIT [git HEAD] the commit to record (where the tree has no .git), JOBS [nproc] build
 #   parallelism, PYTHON [common/python_env.sh's: python3 or .deps/venv].
 # A run says when it passes 10 minutes, building included; its system.txt records how long it took.
 set -euo pipefail
@@ -25,6 +25,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 SWEEPS=${BENCH_SWEEPS:-fp32-headline,bf16-headline,seqlen,extra}
+DTYPES=${BENCH_DTYPES:-fp32,bf16}
 JOBS=${JOBS:-$(nproc)}
 START=$SECONDS
 
@@ -126,7 +127,7 @@ say "== every stage and baseline in one schedule ($(elapsed) so far)"
 stage_list=$(IFS=,; echo "${suites[*]}")
 "$PYTHON" -u bench/driver.py --stages "$stage_list" --sweep "$SWEEPS" --csv "$WORK/results.csv" \
     --ceilings-file "$WORK/ceilings.csv" --aa-file "$WORK/aa-check.txt" --commit "$COMMIT" \
-    2>&1 | tee -a "$LOG"
+    --dtypes "$DTYPES" 2>&1 | tee -a "$LOG"
 
 # ---- the system the numbers belong to -----------------------------------------------------
 {
@@ -143,6 +144,7 @@ stage_list=$(IFS=,; echo "${suites[*]}")
     echo "host: $(uname -srm), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //')"
     echo "implementations: ${suites[*]} + PyTorch baselines"
     echo "sweeps: $SWEEPS"
+    echo "element types: $DTYPES"
     echo "duration: $(elapsed)"
 } >"$WORK/system.txt"
 
