@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch baselines for the benchmark, timed the way the C++ driver (common/bench.cpp) times
-the stages, and written to the same CSV columns:
+"""The PyTorch side of the benchmark: the baselines' calls, which bench/driver.py times beside
+the stages, and PyTorch's own GEMM rate beside cuBLAS's ceilings.
 
   torch_flash, torch_cudnn, torch_efficient, torch_math
       torch.nn.functional.scaled_dot_product_attention restricted to one backend with
@@ -8,58 +8,38 @@ the stages, and written to the same CSV columns:
   torch_eager
       matmul, softmax, matmul, as a model written without a fused kernel runs;
   torch_sdpa
-      scaled_dot_product_attention with PyTorch's own choice of backend, as a model calls it;
-      FP32 only (seed 003's baseline): in BF16 that choice is one of the fused backends above,
-      so those rows would repeat them.
+      scaled_dot_product_attention with PyTorch's own choice of backend, as a model calls it
+      (bench/driver.py times it in FP32 only: in BF16 that choice is one of the fused backends
+      above, so those rows would repeat them).
 
-Forward and backward, in FP32 (TF32 off) and BF16. The backward row times the backward alone:
-the forward graph is built first and torch.autograd.grad runs over it with retain_graph.
-
-Timing: CUDA events around every call, warm-up, then an adaptive number of timed calls
-(about --target-seconds of work, at least 3, at most 50), median and min, rotating over input
-sets whose total size exceeds four times the L2 cache. Inputs are randn + 0.5.
-FLOPs follow the FlashAttention convention: forward 4*B*H*Lq*Lk*D (halved when causal),
-backward 2.5x forward. workspace_bytes is the peak device memory one call allocates beyond
-what was allocated before it, less its outputs.
-
-With --ceilings-file (a ceilings.csv written by `bench_<stage> --ceilings`, as `make bench`
-passes it), the file also gets PyTorch's own GEMM rate beside cuBLAS's: bf16_torch_matmul and
+Run as a script with --ceilings-file (a ceilings.csv written by `bench_<stage> --ceilings`, as
+`make bench` passes it), it adds PyTorch's own GEMM rate beside cuBLAS's: bf16_torch_matmul and
 fp32_torch_matmul (TF32 off), torch.matmul on the shapes common/ceilings.cu uses
 (bench/schema.py's GEMM_SHAPES), each the fastest of a few timed rounds after a warm-up, best
-shape kept; rows of an earlier measurement are replaced. --no-matmul-ceilings leaves the file alone;
---matmul-ceilings-only measures them and nothing else. `make bench` runs that right after the
+shape kept; rows of an earlier measurement are replaced. `make bench` runs that right after the
 cuBLAS ceilings, so that the two rates are taken a few seconds apart with the GPU in the same
 state (taken at the two ends of a five-minute run they differed by 3-4%, the same drift two
 back-to-back passes of one torch.matmul show on an H100). They are a check on the cuBLAS
 ceiling, not what % of SOL is taken against.
-
-Without an importable PyTorch with CUDA, prints why and exits 0 having written nothing.
 """
 
 import argparse
 import contextlib
 import csv
-import gc
 import math
 import os
 import re
 import statistics
-import subprocess
 import sys
-import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schema import (CEILINGS_COLUMNS, CSV_COLUMNS as CSV_HEADER, FLOP_CONVENTION,  # noqa: E402
-                    GEMM_SHAPES, SOL_CEILING, read_sweeps as read_sweep_tuples)
-BACKENDS = ["flash", "cudnn", "efficient", "math", "eager", "sdpa"]
+from schema import CEILINGS_COLUMNS, GEMM_SHAPES  # noqa: E402
+
 # SDPBackend member of each SDPA backend.
 SDPA_BACKEND_NAMES = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
                       "efficient": "EFFICIENT_ATTENTION", "math": "MATH"}
-# Backends whose kernels take only 16-bit inputs: an FP32 row is a skip, not an attempt.
+# Backends whose kernels take only 16-bit inputs.
 HALF_PRECISION_ONLY = {"flash", "cudnn"}
-# Backends measured in some element types only; the others get no row (the log says why).
-ONLY_IN = {"sdpa": ("fp32", "in bf16 the default dispatch runs one of the fused backends "
-                            "measured beside it")}
 
 # torch.matmul ceilings: busy time before the first timed GEMM, then per shape this many rounds
 # of about ROUND_SECONDS of calls (at least MIN_ROUND_CALLS); the fastest round's median counts.
@@ -67,18 +47,6 @@ MATMUL_WARMUP_SECONDS = 1.0
 MATMUL_ROUNDS = 3
 MATMUL_ROUND_SECONDS = 0.15
 MIN_ROUND_CALLS = 10
-
-# The same timing policy as common/bench.cpp.
-DEFAULT_TARGET_SECONDS = 0.25
-MIN_REPEATS, MAX_REPEATS = 3, 50
-WARMUP_SECONDS, MIN_WARMUP_CALLS, MAX_WARMUP_CALLS = 0.02, 2, 50
-SLOW_CALL_SECONDS = 1.0
-L2_MULTIPLE = 4
-# Rotation target when this PyTorch cannot report the L2 size: beyond any current GPU's L2.
-FALLBACK_ROTATION_BYTES = 1 << 30
-# Device memory left free when deciding how many input sets fit.
-MEMORY_RESERVE_BYTES = 512 << 20
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Shape:
@@ -101,11 +69,6 @@ class Shape:
         return self.forward_flops() * (2.5 if pass_name == "bwd" else 1.0)
 
 
-def read_sweeps(path):
-    return {name: [Shape(*fields) for fields in shapes]
-            for name, shapes in read_sweep_tuples(path).items()}
-
-
 def read_ceilings(path):
     """(gpu, {ceiling name: value}) from a ceilings CSV written by `bench_<stage> --ceilings`."""
     with open(path, newline="") as ceilings_file:
@@ -115,78 +78,15 @@ def read_ceilings(path):
     return rows[0]["gpu"], {row["ceiling"]: float(row["value"]) for row in rows}
 
 
-def git_commit():
-    try:
-        return subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def parse_arguments():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sweep", action="append", default=[],
-                        help="named sweep(s) of the sweeps file, comma-separated; repeatable")
-    parser.add_argument("--shape", action="append", default=[],
-                        help="one shape B,H,Lq,Lk,D[,causal]; repeatable")
-    parser.add_argument("--pass", dest="pass_name", choices=["fwd", "bwd", "all"], default="all")
-    parser.add_argument("--dtypes", default="fp32,bf16")
-    parser.add_argument("--backends", default=",".join(BACKENDS))
-    parser.add_argument("--csv", help="append one row per (implementation, shape, pass)")
-    parser.add_argument("--ceilings-file", help="ceilings CSV for %% of SOL; also gets the "
-                        "torch.matmul ceilings unless --no-matmul-ceilings")
-    parser.add_argument("--no-matmul-ceilings", action="store_true",
-                        help="do not measure torch.matmul into --ceilings-file")
-    parser.add_argument("--matmul-ceilings-only", action="store_true",
-                        help="measure torch.matmul into --ceilings-file, then exit")
-    parser.add_argument("--sweeps-file", default=os.path.join(REPO_ROOT, "bench", "sweeps.txt"))
-    parser.add_argument("--commit")
-    parser.add_argument("--target-seconds", type=float, default=DEFAULT_TARGET_SECONDS)
-    parser.add_argument("--max-seconds-per-shape", type=float, default=0.0,
-                        help="cap on timed work per shape (0: none)")
-    arguments = parser.parse_args()
-    if arguments.matmul_ceilings_only and (not arguments.ceilings_file
-                                           or arguments.no_matmul_ceilings):
-        parser.error("--matmul-ceilings-only needs --ceilings-file (and no --no-matmul-ceilings)")
-    return arguments
-
-
-def collect_shapes(arguments):
-    shapes = []
-    for text in arguments.shape:
-        values = [int(field) for field in text.split(",")]
-        if len(values) not in (5, 6):
-            raise SystemExit(f"--shape expects B,H,Lq,Lk,D[,causal], got '{text}'")
-        shapes.append(Shape(*(values + [0] * (6 - len(values)))))
-    names = [name for group in arguments.sweep for name in group.split(",") if name]
-    if names or not shapes:
-        sweeps = read_sweeps(arguments.sweeps_file)
-        for name in names or ["fp32-headline", "bf16-headline"]:
-            if name not in sweeps:
-                raise SystemExit(f"no sweep '{name}' in {arguments.sweeps_file}; "
-                                 f"known: {' '.join(sorted(sweeps))}")
-            shapes.extend(sweeps[name])
-    unique = {}
-    for shape in shapes:
-        unique.setdefault(shape.key(), shape)
-    return list(unique.values())
-
-
 class Skip(Exception):
     """This (implementation, shape, pass) cannot run here; the message says why."""
 
 
 class Runner:
-    def __init__(self, torch, arguments):
-        self.torch = torch
-        self.arguments = arguments
-        properties = torch.cuda.get_device_properties(torch.cuda.current_device())
-        self.gpu = properties.name
-        l2_bytes = getattr(properties, "L2_cache_size", 0)
-        self.rotation_bytes = L2_MULTIPLE * l2_bytes if l2_bytes else FALLBACK_ROTATION_BYTES
+    """Builds the baselines' attention functions."""
 
-    # ---- implementations ----------------------------------------------------------------
+    def __init__(self, torch):
+        self.torch = torch
 
     def attention_function(self, backend, shape, dtype):
         """A function (q, k, v) -> o for this backend, and a context manager to run it in."""
@@ -223,147 +123,6 @@ class Runner:
             # is_causal is top-left aligned, the contract's convention.
             return sdpa(q, k, v, is_causal=shape.causal)
         return fused, lambda: sdpa_kernel([member])
-
-    # ---- buffers ------------------------------------------------------------------------
-
-    def random(self, shape, length, dtype, requires_grad=False):
-        tensor = self.torch.randn(shape.batch, shape.heads, length, shape.head_dim,
-                                  device="cuda", dtype=dtype) + 0.5
-        return tensor.requires_grad_(requires_grad)
-
-    def wanted_sets(self, shape, dtype, pass_name):
-        element = self.torch.finfo(dtype).bits // 8
-        q_bytes = shape.batch * shape.heads * shape.len_q * shape.head_dim * element
-        kv_bytes = shape.batch * shape.heads * shape.len_kv * shape.head_dim * element
-        per_set = (2 if pass_name == "fwd" else 4) * (q_bytes + kv_bytes)
-        free, _ = self.torch.cuda.mem_get_info()
-        fitting = max(1, (free - MEMORY_RESERVE_BYTES) // (2 * per_set))
-        return max(1, min(-(-self.rotation_bytes // per_set), fitting))
-
-    def forward_calls(self, attention, shape, dtype):
-        sets = []
-        for _ in range(self.wanted_sets(shape, dtype, "fwd")):
-            sets.append((self.random(shape, shape.len_q, dtype),
-                         self.random(shape, shape.len_kv, dtype),
-                         self.random(shape, shape.len_kv, dtype)))
-        return (lambda index: attention(*sets[index])), len(sets)
-
-    def backward_calls(self, attention, shape, dtype):
-        """One forward graph per set, kept for repeated backward calls; adds sets while the
-        device keeps room for two more of them."""
-        torch = self.torch
-        graphs = []
-        for _ in range(self.wanted_sets(shape, dtype, "bwd")):
-            before = torch.cuda.memory_allocated()
-            inputs = (self.random(shape, shape.len_q, dtype, True),
-                      self.random(shape, shape.len_kv, dtype, True),
-                      self.random(shape, shape.len_kv, dtype, True))
-            with torch.enable_grad():
-                output = attention(*inputs)
-            graphs.append((output, inputs, torch.randn_like(output) + 0.5))
-            per_set = torch.cuda.memory_allocated() - before
-            free, _ = torch.cuda.mem_get_info()
-            if free - MEMORY_RESERVE_BYTES < 2 * per_set:
-                break
-
-        def backward(index):
-            output, inputs, grad_output = graphs[index]
-            return torch.autograd.grad(output, inputs, grad_output, retain_graph=True)
-        return backward, len(graphs)
-
-    # ---- timing -------------------------------------------------------------------------
-
-    def time_calls(self, call, sets):
-        """(median ms, min ms, timed calls, workspace bytes) of call(set index)."""
-        torch = self.torch
-        cap_ms = self.arguments.max_seconds_per_shape * 1e3
-        start = torch.cuda.Event(enable_timing=True)
-        stop = torch.cuda.Event(enable_timing=True)
-        warmup_ms, warmup_calls, workspace = 0.0, 0, 0
-        while True:
-            if warmup_calls == 0:
-                torch.cuda.synchronize()
-                allocated_before = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-            start.record()
-            outputs = call(warmup_calls % sets)
-            stop.record()
-            stop.synchronize()
-            if warmup_calls == 0:
-                outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
-                output_bytes = sum(t.numel() * t.element_size() for t in outputs)
-                workspace = max(0, torch.cuda.max_memory_allocated() - allocated_before
-                                - output_bytes)
-            del outputs
-            last_ms = start.elapsed_time(stop)
-            warmup_calls += 1
-            # The first call pays one-time costs (cuDNN builds its plan, kernels load): it
-            # neither counts towards the warm-up time nor ends the warm-up by being slow, and
-            # the repeat count below comes from a later call (as in common/timing.h).
-            if warmup_calls == 1:
-                continue
-            warmup_ms += last_ms
-            warm = warmup_calls >= MIN_WARMUP_CALLS and warmup_ms >= WARMUP_SECONDS * 1e3
-            slow = last_ms >= SLOW_CALL_SECONDS * 1e3 or (cap_ms > 0 and warmup_ms >= cap_ms)
-            if warm or slow or warmup_calls >= MAX_WARMUP_CALLS:
-                break
-
-        repeats = round(self.arguments.target_seconds * 1e3 / max(last_ms, 1e-6))
-        repeats = min(max(repeats, MIN_REPEATS), MAX_REPEATS)
-        if cap_ms > 0 and repeats * last_ms > cap_ms:
-            repeats = max(1, int(cap_ms / last_ms))
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(repeats)]
-        for index, (begin, end) in enumerate(events):
-            begin.record()
-            call((warmup_calls + index) % sets)
-            end.record()
-        torch.cuda.synchronize()
-        times = [begin.elapsed_time(end) for begin, end in events]
-        return statistics.median(times), min(times), repeats, workspace
-
-    # ---- one row ------------------------------------------------------------------------
-
-    def prime(self, backend, dtype):
-        """One untimed forward and backward on a small shape, so that one-time costs (library
-        handles, kernel loading) do not land in the first shape's warm-up estimate."""
-        torch = self.torch
-        shape = Shape(1, 1, 128, 128, 64, 0)
-        try:
-            attention, context = self.attention_function(backend, shape, dtype)
-            with warnings.catch_warnings(), context():
-                warnings.simplefilter("ignore")
-                inputs = [self.random(shape, 128, dtype, True) for _ in range(3)]
-                attention(*inputs).sum().backward()
-            torch.cuda.synchronize()
-        except (Skip, RuntimeError) as error:
-            if "CUDA error" in str(error):
-                raise
-
-    def measure(self, backend, shape, dtype, pass_name):
-        """A result dict, or raises Skip."""
-        torch = self.torch
-        attention, context = self.attention_function(backend, shape, dtype)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                with context():
-                    if pass_name == "fwd":
-                        with torch.no_grad():
-                            call, sets = self.forward_calls(attention, shape, dtype)
-                            median_ms, min_ms, calls, workspace = self.time_calls(call, sets)
-                    else:
-                        call, sets = self.backward_calls(attention, shape, dtype)
-                        median_ms, min_ms, calls, workspace = self.time_calls(call, sets)
-            except torch.cuda.OutOfMemoryError as error:
-                raise Skip("out of device memory: " + first_line(error))
-            except RuntimeError as error:
-                # A CUDA error (a fault, not a refusal) leaves the context unusable: stop.
-                if "CUDA error" in str(error):
-                    raise
-                raise Skip(refusal_reason(caught) or first_line(error))
-        return {"median_ms": median_ms, "min_ms": min_ms, "calls": calls, "sets": sets,
-                "workspace_bytes": workspace}
 
 
 def matmul_ceiling(torch, dtype, name):
@@ -460,113 +219,31 @@ def first_line(error):
 
 
 def main():
-    arguments = parse_arguments()
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ceilings-file", required=True,
+                        help="the ceilings CSV to add the torch.matmul rows to")
+    arguments = parser.parse_args()
     try:
         import torch
     except ImportError:
-        print("baselines.py: PyTorch is not importable; no PyTorch baseline rows written "
+        print("baselines.py: PyTorch is not importable; no torch.matmul ceilings "
               "(install it: pip install torch)")
         return 0
     if not torch.cuda.is_available():
-        print("baselines.py: PyTorch sees no CUDA device; no PyTorch baseline rows written")
+        print("baselines.py: PyTorch sees no CUDA device; no torch.matmul ceilings")
         return 0
-
-    # FP32 rows must run on the FP32 units, as the FP32 stages and the FP32 ceiling do.
+    # The FP32 rate runs on the FP32 units, as the FP32 stages and the FP32 ceiling do.
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
-
-    shapes = [] if arguments.matmul_ceilings_only else collect_shapes(arguments)
-    passes = ["fwd", "bwd"] if arguments.pass_name == "all" else [arguments.pass_name]
-    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16}
-    dtype_names = [name for name in arguments.dtypes.split(",") if name]
-    backends = [name for name in arguments.backends.split(",") if name]
-    for name in dtype_names:
-        if name not in dtypes:
-            raise SystemExit(f"--dtypes: unknown '{name}' (fp32, bf16)")
-    for name in backends:
-        if name not in BACKENDS:
-            raise SystemExit(f"--backends: unknown '{name}' ({', '.join(BACKENDS)})")
-
-    runner = Runner(torch, arguments)
-    commit = arguments.commit or git_commit()
-    ceilings = {}
-    if arguments.ceilings_file:
-        ceiling_gpu, ceilings = read_ceilings(arguments.ceilings_file)
-        if ceiling_gpu != runner.gpu:
-            print(f"[torch] the ceilings were measured on {ceiling_gpu}, not this "
-                  f"{runner.gpu}: no % of SOL, no torch.matmul ceilings")
-            ceilings = {}
-        elif not arguments.no_matmul_ceilings:
-            record_matmul_ceilings(torch, arguments.ceilings_file, runner.gpu)
-    if arguments.matmul_ceilings_only:
+    gpu = torch.cuda.get_device_name()
+    ceiling_gpu, _ = read_ceilings(arguments.ceilings_file)
+    if ceiling_gpu != gpu:
+        print(f"[torch] the ceilings were measured on {ceiling_gpu}, not this {gpu}: "
+              "no torch.matmul ceilings")
         return 0
-    print(f"[torch] torch {torch.__version__} on {runner.gpu}: {len(backends)} backend(s) x "
-          f"{len(dtype_names)} dtype(s) x {len(shapes)} shape(s) x {len(passes)} pass(es)")
-    print(f"[torch] {FLOP_CONVENTION}")
-
-    writer, csv_file = None, None
-    if arguments.csv:
-        new = not os.path.exists(arguments.csv) or os.path.getsize(arguments.csv) == 0
-        if not new:
-            with open(arguments.csv, newline="") as existing:
-                if next(csv.reader(existing), None) != CSV_HEADER:
-                    raise SystemExit(f"{arguments.csv} has a different header; "
-                                     f"expected: {','.join(CSV_HEADER)}")
-        csv_file = open(arguments.csv, "a", newline="")
-        writer = csv.writer(csv_file, lineterminator="\n")
-        if new:
-            writer.writerow(CSV_HEADER)
-
-    pairs = []
-    for dtype_name in dtype_names:
-        for backend in backends:
-            only = ONLY_IN.get(backend)
-            if only and dtype_name != only[0]:
-                print(f"[torch_{backend} {dtype_name}] not measured: {only[1]}")
-            else:
-                pairs.append((dtype_name, backend))
-    total = len(pairs) * len(shapes) * len(passes)
-    index = 0
-    for dtype_name, backend in pairs:
-        ceiling = ceilings.get(SOL_CEILING[dtype_name], 0.0)
-        stage = f"torch_{backend}"
-        runner.prime(backend, dtypes[dtype_name])
-        for shape in shapes:
-            for pass_name in passes:
-                index += 1
-                prefix = (f"[{stage} {dtype_name}] {index}/{total} {pass_name} "
-                          f"{shape.describe()}: ")
-                row = {"median_ms": "", "min_ms": "", "tflops": "", "pct_sol": "",
-                       "workspace_bytes": "", "status": "ok"}
-                try:
-                    result = runner.measure(backend, shape, dtypes[dtype_name], pass_name)
-                    tflops = shape.flops(pass_name) / (result["median_ms"] * 1e-3) / 1e12
-                    row.update(median_ms=f"{result['median_ms']:.6g}",
-                               min_ms=f"{result['min_ms']:.6g}", tflops=f"{tflops:.5g}",
-                               workspace_bytes=str(result["workspace_bytes"]))
-                    message = f"{result['median_ms']:.4g} ms, {tflops:.1f} TFLOP/s"
-                    if ceiling:
-                        row["pct_sol"] = f"{100 * tflops / ceiling:.4g}"
-                        message += f", {100 * tflops / ceiling:.1f}% of SOL"
-                    message += (f" (median of {result['calls']}, min "
-                                f"{result['min_ms']:.4g} ms, {result['sets']} input set"
-                                f"{'s' if result['sets'] > 1 else ''})")
-                except Skip as skip:
-                    row["status"] = f"skipped: {skip}"
-                    message = row["status"]
-                    gc.collect()  # the exception's frames may hold this shape's tensors
-                torch.cuda.empty_cache()
-                print(prefix + message, flush=True)
-                if writer:
-                    writer.writerow([runner.gpu, stage, dtype_name, shape.batch, shape.heads,
-                                     shape.len_q, shape.len_kv, shape.head_dim,
-                                     int(shape.causal), pass_name, row["median_ms"],
-                                     row["min_ms"], row["tflops"], row["pct_sol"],
-                                     row["workspace_bytes"], commit, row["status"]])
-                    csv_file.flush()
-    if csv_file:
-        csv_file.close()
+    record_matmul_ceilings(torch, arguments.ceilings_file, gpu)
     return 0
 
 

@@ -10,10 +10,10 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
     one-time costs: plans built, modules loaded);
   * then the implementations take turns in slices of SLICE_SECONDS of calls (at least one),
     the order rotated by one place per turn and reversed every other turn, until each has
-    TIMED_SECONDS of timed calls (or MAX_CALLS calls). An H100 under load swings its clock by
-    several percent every 100-200 ms: slices much shorter than that, spread over seconds, give
-    every implementation the same mix of fast and slow moments, so a ratio of two of them
-    does not depend on which moments each happened to get;
+    TIMED_SECONDS of timed calls and MIN_CALLS calls (or MAX_TIMED_SECONDS, or MAX_CALLS).
+    An H100 under load swings its clock by several percent every 100-200 ms: slices much
+    shorter than that, spread over seconds, give every implementation the same mix of fast and
+    slow moments, so a ratio of two of them does not depend on which moments each one got;
   * every call is timed between two CUDA events. A call shorter than Python's cost of issuing
     it would leave the GPU waiting between calls and the events would time the host, so the
     slices of such an implementation go in behind a GPU sleep (torch.cuda._sleep) longer than
@@ -22,8 +22,8 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
     intermediates beyond HEAVY_BYTES: the materialised score matrix of 00_naive, the cuBLAS
     baselines, PyTorch's math and eager paths at long sequences) take their slices alone, right
     after the others, by the same rule;
-  * the row's median_ms is the median of all its timed calls, min_ms the fastest; rounds is
-    the number of slices, round_min_ms and round_max_ms the spread of the slice medians;
+  * the row's median_ms is the median of all its timed calls, min_ms the fastest; slices is
+    the number of its slices, slice_min_ms and slice_max_ms the spread of the slice medians;
     sm_clock_mhz and power_w the medians of NVML's readings after each turn of slices;
   * forward slices of a shape run before its backward slices, for every implementation.
 The stages that carry a copy of another's forward (07 of 06, 11 of 10) are compared with it at
@@ -58,7 +58,9 @@ import stage_abi  # noqa: E402
 from schema import (CSV_COLUMNS, CSV_EXTRA_COLUMNS, FLOP_CONVENTION, SOL_CEILING,  # noqa: E402
                     read_sweeps)
 
-TIMED_SECONDS = 0.15      # timed calls per implementation, shape and pass
+TIMED_SECONDS = 0.15      # timed calls per implementation, shape and pass, and
+MIN_CALLS = 20            # at least this many of them (calls of milliseconds swing with the
+MAX_TIMED_SECONDS = 0.6   # clock: one median over a handful moved by 4%), within this much
 SLICE_SECONDS = 0.005     # one implementation's turn
 MAX_CALLS = 600           # an implementation of calls of a few microseconds stops here
 BURST_CALLS = 50          # calls issued behind one GPU sleep
@@ -167,7 +169,8 @@ class StageImplementation:
             b = buffers[index]
             lib.backward(b["q"].data_ptr(), b["k"].data_ptr(), b["v"].data_ptr(),
                          b["o"].data_ptr(), b["lse"].data_ptr(), b["dout"].data_ptr(),
-                         b["dq"].data_ptr(), b["dk"].data_ptr(), b["dv"].data_ptr(), c_shape, stream)
+                         b["dq"].data_ptr(), b["dk"].data_ptr(), b["dv"].data_ptr(), c_shape,
+                         stream)
 
         try:
             if pass_name == "bwd":
@@ -291,7 +294,9 @@ class Resident:
         self.slices = []        # each slice's median, ms
 
     def done(self):
-        return sum(self.times) >= TIMED_SECONDS * 1e3 or len(self.times) >= MAX_CALLS
+        timed_ms = sum(self.times)
+        return (len(self.times) >= MAX_CALLS or timed_ms >= MAX_TIMED_SECONDS * 1e3
+                or (timed_ms >= TIMED_SECONDS * 1e3 and len(self.times) >= MIN_CALLS))
 
     def issue(self, torch, calls):
         """Issues `calls` timed calls, behind a GPU sleep per burst where the host is the
@@ -488,8 +493,9 @@ def parse_arguments():
 def method():
     return (f"interleaved slices (bench/driver.py): per shape and pass, every implementation "
             f"resident and called twice untimed, then turns of {SLICE_SECONDS * 1e3:g} ms slices "
-            f"in a rotating order until each has {TIMED_SECONDS:g} s of timed calls (at most "
-            f"{MAX_CALLS}); host-bound calls behind a GPU sleep; implementations beyond "
+            f"in a rotating order until each has {TIMED_SECONDS:g} s of timed calls and "
+            f"{MIN_CALLS} calls (at most {MAX_TIMED_SECONDS:g} s or {MAX_CALLS} calls); "
+            f"host-bound calls behind a GPU sleep; implementations beyond "
             f"{HEAVY_BYTES >> 30} GiB of workspace alone; median over calls")
 
 
@@ -521,9 +527,7 @@ def main():
     for suite in [s for s in arguments.stages.split(",") if s]:
         implementations.append(StageImplementation(torch, stage_abi.load(suite)))
     if not arguments.no_torch_baselines:
-        # Only its attention_function is used here; the timing arguments are its own loop's.
-        runner = baselines.Runner(torch, argparse.Namespace(target_seconds=TIMED_SECONDS,
-                                                            max_seconds_per_shape=0.0))
+        runner = baselines.Runner(torch)
         for dtype_name in ("fp32", "bf16"):
             for backend in TORCH_BACKENDS[dtype_name]:
                 implementations.append(TorchImplementation(torch, runner, backend, dtype_name))

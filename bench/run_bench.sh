@@ -1,15 +1,14 @@
 #!/usr/bin/env bash
 # The whole benchmark, as `make bench` runs it:
-#   1. builds the benchmark binary and the C ABI library of every stage (arguments, or STAGES of
-#      the top-level Makefile) and of the two cuBLAS eager baselines;
+#   1. builds the C ABI library of every stage (arguments, or STAGES of the top-level Makefile)
+#      and of the two cuBLAS eager baselines, and the cuBLAS BF16 benchmark binary (ceilings);
 #   2. measures the ceilings once (cuBLAS BF16 and FP32 GEMM, device-to-device copy), and
 #      PyTorch's matmul beside them as a check;
 #   3. times every stage and baseline over the sweeps in one process, bench/driver.py: per shape
-#      and pass, every implementation in rotating rounds, by one rule, with the A/A check of the
-#      stages that carry a copy of another's forward (docs/benchmarking.md); needs PyTorch;
+#      and pass, every implementation in interleaved slices, by one rule, with the A/A check of
+#      the stages that carry a copy of another's forward (docs/benchmarking.md); needs PyTorch;
 #   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log,aa-check.txt},
-#      replacing the previous run's files only once everything
-#      succeeded;
+#      replacing the previous run's files only once everything succeeded;
 #   5. draws this run's figures into bench/results/<gpu>/img/ (the committed figures in
 #      docs/img/ change only with `make plots`).
 # Before anything is built it checks for a GPU and sets up the Python environment of the plots
@@ -17,8 +16,9 @@
 #
 # usage: bench/run_bench.sh [STAGE_DIR ...]
 # Environment (defaults in brackets): BENCH_SWEEPS [fp32-headline,bf16-headline,seqlen,extra],
-#   BENCH_DTYPES [fp32,bf16] the element types timed, BENCH_COMMIT [git HEAD] the commit to record (where the tree has no .git), JOBS [nproc] build
-#   parallelism, PYTHON [common/python_env.sh's: python3 or .deps/venv].
+#   BENCH_DTYPES [fp32,bf16] the element types timed, BENCH_COMMIT [git HEAD] the commit to
+#   record (pass it where the tree's .git is not the commit's: the lent GPU machine's copy),
+#   JOBS [nproc] build parallelism, PYTHON [common/python_env.sh's: python3 or .deps/venv].
 # A run says when it passes 10 minutes, building included; its system.txt records how long it took.
 set -euo pipefail
 
@@ -114,7 +114,7 @@ say "== measuring the ceilings"
 "$ceilings_binary" --ceilings --ceilings-file "$WORK/ceilings.csv" | tee -a "$LOG"
 # PyTorch's matmul right after cuBLAS's GEMM, so that the check on the ceiling sees the GPU in the
 # same state (bench/baselines.py's docstring says why).
-"$PYTHON" bench/baselines.py --ceilings-file "$WORK/ceilings.csv" --matmul-ceilings-only 2>&1 | tee -a "$LOG"
+"$PYTHON" bench/baselines.py --ceilings-file "$WORK/ceilings.csv" 2>&1 | tee -a "$LOG"
 GPU=$(awk -F, 'NR == 2 { print $1 }' "$WORK/ceilings.csv" | tr -d '"')
 SLUG=$(echo "$GPU" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
 [ -n "$SLUG" ] || { say "error: no GPU name in the ceilings"; exit 1; }

@@ -12,10 +12,11 @@ CSV_COLUMNS = ["gpu", "stage", "dtype", "batch", "heads", "len_q", "len_kv", "he
                "status"]
 
 # Written after CSV_COLUMNS by make bench's schedule (bench/driver.py); absent from runs before it
-# and from a single stage's `bench_<stage> --csv`. rounds: rounds timed (median_ms is the median
-# of their medians, round_min_ms / round_max_ms the spread); calls: timed calls over all rounds;
-# sm_clock_mhz, power_w: NVML's readings at the end of each timed window, median over rounds.
-CSV_EXTRA_COLUMNS = ["rounds", "round_min_ms", "round_max_ms", "calls", "sm_clock_mhz", "power_w"]
+# and from a single stage's `bench_<stage> --csv`. slices: the implementation's turns in the
+# interleaved schedule (median_ms is the median over all its calls; slice_min_ms / slice_max_ms
+# the fastest and slowest slice's median); calls: timed calls; sm_clock_mhz, power_w: NVML's
+# readings after each turn, the median over its turns.
+CSV_EXTRA_COLUMNS = ["slices", "slice_min_ms", "slice_max_ms", "calls", "sm_clock_mhz", "power_w"]
 
 # Must match kCeilingsHeader in common/ceilings.h.
 CEILINGS_COLUMNS = ["gpu", "ceiling", "value", "unit", "median_ms", "method"]

@@ -149,7 +149,7 @@ def table(header, lines):
 
 
 def run_setting(results_path):
-    """", PyTorch 2.11.0 with cuDNN 9.19.0, 3 rounds per shape" from the system.txt beside the
+    """", PyTorch 2.11.0 with cuDNN 9.19.0, interleaved slices" from the system.txt beside the
     results (cuDNN's speed changes from version to version), or "" where it does not say."""
     system = os.path.join(os.path.dirname(results_path), "system.txt")
     if not os.path.exists(system):
@@ -163,9 +163,8 @@ def run_setting(results_path):
         if version < 10000:  # cuDNN 8 and older: major * 1000 + minor * 100 + patch
             major, minor, patch = version // 1000, version // 100 % 10, version % 100
         parts.append(f"PyTorch {torch_line.group(1)} with cuDNN {major}.{minor}.{patch}")
-    rounds = re.search(r"^method: rounds.*?(\d+) rounds", text, re.MULTILINE)
-    if rounds:
-        parts.append(f"median of {rounds.group(1)} rounds per shape")
+    if re.search(r"^method: interleaved slices", text, re.MULTILINE):
+        parts.append("every implementation timed in interleaved slices (docs/benchmarking.md)")
     return "".join(", " + part for part in parts)
 
 

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Do two benchmark runs tell the same story? Compares the ratios the course prints, every BF16
+stage against cuDNN and against FlashAttention-2 (torch_cudnn, torch_flash), forward and
+backward, at every shape both runs timed, and prints how far the second run's ratio is from the
+first's. issue 25's target: within 3% at every shape the README and the chapters quote.
+
+usage: compare_runs.py FIRST SECOND [--tolerance 0.03] [--out FILE]
+  FIRST, SECOND: a results.csv or a folder holding one (bench/results/<gpu>/...).
+Exit status 0 when every ratio agrees within the tolerance, 1 otherwise.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from schema import STAGES  # noqa: E402
+from tables import read_results  # noqa: E402
+
+BASELINES = ["torch_cudnn", "torch_flash"]
+
+
+def results_path(path):
+    return os.path.join(path, "results.csv") if os.path.isdir(path) else path
+
+
+def ratios(rows):
+    """{(stage, baseline, shape, pass): baseline time / stage time} over the BF16 rows."""
+    times = {(stage, shape, pass_name): float(row["median_ms"])
+             for (stage, dtype, shape, pass_name), row in rows.items()
+             if dtype == "bf16" and row["status"] == "ok"}
+    found = {}
+    for (stage, shape, pass_name), stage_ms in times.items():
+        if stage not in STAGES:
+            continue
+        for baseline in BASELINES:
+            baseline_ms = times.get((baseline, shape, pass_name))
+            if baseline_ms:
+                found[(stage, baseline, shape, pass_name)] = baseline_ms / stage_ms
+    return found
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("first")
+    parser.add_argument("second")
+    parser.add_argument("--tolerance", type=float, default=0.03)
+    parser.add_argument("--out", help="also write the report here")
+    arguments = parser.parse_args()
+    first = ratios(read_results(results_path(arguments.first)))
+    second = ratios(read_results(results_path(arguments.second)))
+    common = sorted(set(first) & set(second))
+    if not common:
+        raise SystemExit("compare_runs.py: no stage/baseline ratio in both runs")
+    changes = {k: second[k] / first[k] - 1 for k in common}
+    outside = [k for k in common if abs(changes[k]) > arguments.tolerance]
+    lines = [f"first:  {results_path(arguments.first)}",
+             f"second: {results_path(arguments.second)}",
+             f"{len(common)} ratios (BF16 stage vs {' and '.join(BASELINES)}, per shape and pass) "
+             f"in both runs; second / first - 1: median {statistics.median(changes.values()):+.2%}"
+             f", largest {max(changes.values(), key=abs):+.2%}; "
+             f"{len(outside)} beyond {arguments.tolerance:.0%}"]
+    by_stage = {}
+    for k in common:
+        by_stage.setdefault((k[0], k[1], k[3]), []).append(abs(changes[k]))
+    lines.append("largest |change| per stage, baseline and pass:")
+    for (stage, baseline, pass_name), values in sorted(by_stage.items()):
+        lines.append(f"  {stage:20s} / {baseline:12s} {pass_name}: {max(values):.2%} "
+                     f"over {len(values)} shapes")
+    lines.append("every ratio (baseline time / stage time), first -> second:")
+    for k in common:
+        stage, baseline, shape, pass_name = k
+        tag = "x".join(map(str, shape))
+        mark = "  <-- beyond" if k in outside else ""
+        lines.append(f"  {stage:20s} {baseline:12s} {pass_name} {tag:24s} {first[k]:.3f} -> "
+                     f"{second[k]:.3f} ({changes[k]:+.2%}){mark}")
+    text = "\n".join(lines)
+    print(text)
+    if arguments.out:
+        with open(arguments.out, "w") as out:
+            out.write(text + "\n")
+    return 1 if outside else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
