@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Unit tests of the benchmark's Python scripts that need no GPU (CI runs them): the one list
-of baselines, the figures' styles, the tables' order and rendering, and the benchmark
-schedule's A/A check. Run: python3 -m unittest bench/test_scripts.py (with matplotlib)."""
+of baselines, the figures' styles, the tables' order and rendering, the benchmark
+schedule's A/A check and its FP32 shapes, and the comparison of two runs. Run: python3 -m unittest bench/test_scripts.py (with matplotlib)."""
 import csv
 import os
 import sys
@@ -11,6 +11,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import compare_runs  # noqa: E402
 import driver  # noqa: E402
 import plots  # noqa: E402
 import schema  # noqa: E402
@@ -93,6 +94,45 @@ class AACheck(unittest.TestCase):
     def test_copies_beyond_the_tolerance_disagree(self):
         text = self.check(1.03)
         self.assertEqual(text.count("DISAGREE at 1x8x4096x8192x128x0"), len(driver.AA_PAIRS))
+
+
+class CompareRuns(unittest.TestCase):
+    def compare(self, second_stage_ms):
+        shape = (1, 8, 4096, 8192, 128, False)
+        with tempfile.TemporaryDirectory() as folder:
+            runs = []
+            for name, stage_ms in (("first", 0.20), ("second", second_stage_ms)):
+                os.mkdir(os.path.join(folder, name))
+                write_results(os.path.join(folder, name, "results.csv"),
+                              [("10_pingpong", "bf16", shape, "fwd", stage_ms),
+                               ("torch_cudnn", "bf16", shape, "fwd", 0.21),
+                               ("torch_flash", "bf16", shape, "fwd", 0.40)])
+                runs.append(os.path.join(folder, name))
+            argv, sys.argv = sys.argv, ["compare_runs.py"] + runs
+            try:
+                with open(os.devnull, "w") as quiet:
+                    stdout, sys.stdout = sys.stdout, quiet
+                    try:
+                        return compare_runs.main()
+                    finally:
+                        sys.stdout = stdout
+            finally:
+                sys.argv = argv
+
+    def test_ratios_within_the_tolerance_pass(self):
+        self.assertEqual(self.compare(0.204), 0)
+
+    def test_a_ratio_beyond_the_tolerance_fails(self):
+        self.assertEqual(self.compare(0.21), 1)
+
+
+class LeftOut(unittest.TestCase):
+    def test_fp32_is_left_out_at_d128_n16384_only(self):
+        long128 = driver.Shape(1, 32, 16384, 16384, 128, 0)
+        long64 = driver.Shape(4, 8, 16384, 16384, 64, 0)
+        self.assertIn("not timed", driver.fp32_left_out("fp32", long128))
+        self.assertEqual(driver.fp32_left_out("bf16", long128), "")
+        self.assertEqual(driver.fp32_left_out("fp32", long64), "")
 
 
 if __name__ == "__main__":
