@@ -7,6 +7,8 @@ STAGES    := 00_naive 01_fused_rowwise 02_tiled 03_online_softmax 04_warp_shuffl
 BASELINES := bench/cublas_fp32 bench/cublas_bf16
 SUITES    := $(STAGES) $(BASELINES)
 JOBS      ?= $(shell nproc)
+# The Python that runs the PyTorch package's tests (python/test_flashcourse.py) in make test.
+PYTHON_TEST ?= python3
 
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 
@@ -62,14 +64,18 @@ $(SUITES): $(if $(COMMON_OBJECTS_BUILT),,common-objects)
 	@$(MAKE) --no-print-directory -C $@ all
 
 # Builds everything, runs every suite (GPU cases are skipped by name where no GPU is
-# visible) and ends with one line that sums them.
+# visible), then the PyTorch package's tests (python/test_flashcourse.py, with PYTHON_TEST),
+# and ends with one line that sums them.
 test:
 	@$(MAKE) --no-print-directory -k all; \
 	for suite in $(SUITES); do \
 	  rm -f build/$$(basename $$suite)/test-summary.txt; \
 	  $(MAKE) --no-print-directory -C $$suite test || true; \
 	done; \
-	bash common/sum_tests.sh $(foreach s,$(SUITES),$(notdir $(s)))
+	rm -f build/python/test-summary.txt; \
+	echo "== python/test_flashcourse.py (the PyTorch package; skipped by name without PyTorch or a GPU)"; \
+	TEST_SUMMARY_FILE=build/python/test-summary.txt $(PYTHON_TEST) python/test_flashcourse.py || true; \
+	bash common/sum_tests.sh $(foreach s,$(SUITES),$(notdir $(s))) python
 
 # Needs a GPU (checked first). Builds the benchmark binaries, runs them, and writes the CSVs and
 # this run's figures to bench/results/<gpu>/ (docs/img/ is redrawn only by make plots).
