@@ -18,6 +18,8 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
     it would leave the GPU waiting between calls and the events would time the host, so the
     slices of such an implementation go in behind a GPU sleep (torch.cuda._sleep) longer than
     issuing them takes: the GPU runs their calls back to back;
+  * the stages' workspace pool keeps its memory while a group is timed (MemoryPool), as it
+    would in a program that calls a stage in a loop, and is trimmed after the group;
   * implementations whose memory would crowd the others out (a workspace or PyTorch
     intermediates beyond HEAVY_BYTES: the materialised score matrix of 00_naive, the cuBLAS
     baselines, PyTorch's math and eager paths at long sequences) take their slices alone, right
@@ -281,6 +283,37 @@ class Clocks:
         return clock.value, milliwatts.value / 1000.0
 
 
+class MemoryPool:
+    """The device's CUDA memory pool, from which the stages allocate their workspace
+    (cudaMallocAsync). By default it hands its memory back to the driver at every synchronize,
+    and the schedule synchronises after every turn: each turn's first call of a stage with a
+    workspace would map it afresh, inside its timed call, which no program that calls the
+    stage in a loop pays. So the pool keeps its memory while a group is timed (release
+    threshold UINT64_MAX) and is trimmed after it, through the driver API (ctypes)."""
+
+    RELEASE_THRESHOLD = 4  # CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+
+    def __init__(self, device_index):
+        self.cuda, self.pool, self.why_not = None, None, ""
+        try:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            device, pool = ctypes.c_int(), ctypes.c_void_p()
+            if (cuda.cuDeviceGet(ctypes.byref(device), device_index) != 0
+                    or cuda.cuDeviceGetMemPool(ctypes.byref(pool), device) != 0):
+                raise OSError("no memory pool for the device")
+            threshold = ctypes.c_uint64(2**64 - 1)
+            if cuda.cuMemPoolSetAttribute(pool, self.RELEASE_THRESHOLD,
+                                          ctypes.byref(threshold)) != 0:
+                raise OSError("cuMemPoolSetAttribute failed")
+            self.cuda, self.pool = cuda, pool
+        except (OSError, AttributeError) as error:
+            self.why_not = f"the stages' memory pool is left as it is ({error})"
+
+    def trim(self):
+        if self.pool is not None:
+            self.cuda.cuMemPoolTrimTo(self.pool, ctypes.c_size_t(0))
+
+
 class Resident:
     """One implementation made ready for a shape and pass: its inputs, its call, its timings."""
 
@@ -405,7 +438,7 @@ def guarded(torch, impl):
             raise Skip(baselines.refusal_reason(caught) or baselines.first_line(error))
 
 
-def time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks):
+def time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks, pool):
     """Makes the group's implementations resident, then times them in turns of slices."""
     residents = []
     try:
@@ -455,7 +488,9 @@ def time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks):
     finally:
         del residents
         gc.collect()
+        torch.cuda.synchronize()
         torch.cuda.empty_cache()
+        pool.trim()
 
 
 def key(impl):
@@ -522,6 +557,7 @@ def main():
     gpu_capability = properties.major * 10 + properties.minor
     rotation_bytes = L2_MULTIPLE * (getattr(properties, "L2_cache_size", 0) or (256 << 20))
     clocks = Clocks(properties, device)
+    pool = MemoryPool(device)
 
     implementations = []
     for suite in [s for s in arguments.stages.split(",") if s]:
@@ -559,6 +595,8 @@ def main():
     print(FLOP_CONVENTION, flush=True)
     if clocks.why_not:
         print(f"clocks and power not recorded: {clocks.why_not}", flush=True)
+    if pool.why_not:
+        print(pool.why_not, flush=True)
 
     out = open(arguments.csv, "w", newline="")
     writer = csv.writer(out, lineterminator="\n")
@@ -582,7 +620,7 @@ def main():
             except Skip as skip:
                 state[key(impl)]["skip"] = str(skip)
         for group in ([light] if light else []) + [[impl] for impl in heavy]:
-            time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks)
+            time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks, pool)
         summary = []
         for impl, reason in skipped:
             write_row(writer, gpu, impl, shape, pass_name, None, reason, arguments.commit, ceilings)
