@@ -13,7 +13,7 @@ PYTHON_TEST ?= python3
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 
 .DEFAULT_GOAL := all
-.PHONY: all common-objects test bench plots notebook docs docs-check diagrams sanitize profile diff clean distclean help $(SUITES)
+.PHONY: all common-objects test bench sass-check plots notebook docs docs-check diagrams sanitize profile diff clean distclean help $(SUITES)
 
 # make profile STAGE=04 | STAGE=4 | STAGE=04_warp_shuffle: the stage's folder, or a usage line.
 ifneq ($(filter profile,$(MAKECMDGOALS)),)
@@ -45,7 +45,7 @@ DOCTEST_GOALS   := all common-objects test sanitize $(SUITES)
 GPU_GOALS       := bench sanitize profile
 SANITIZER_GOALS := sanitize
 NCU_GOALS       := profile
-NVCC_GOALS      := all common-objects test bench sanitize profile $(SUITES)
+NVCC_GOALS      := all common-objects test bench sanitize profile sass-check $(SUITES)
 PYTHON_GOALS    := bench plots notebook diagrams
 include common/deps.mk
 
@@ -76,6 +76,19 @@ test:
 	echo "== python/test_flashcourse.py (the PyTorch package; skipped by name without PyTorch or a GPU)"; \
 	TEST_SUMMARY_FILE=build/python/test-summary.txt $(PYTHON_TEST) python/test_flashcourse.py || true; \
 	bash common/sum_tests.sh $(foreach s,$(SUITES),$(notdir $(s))) python
+
+# Reads the compiled ping-pong forward (stage 10, and the copy in 11) and checks that the
+# softmax's exponentials in its main loop lie between the consumer's wgmma.wait_group 1 and 0,
+# the overlap chapter 10 teaches (common/check_sass.py). Needs nvcc, no GPU; cuobjdump from PATH
+# or fetched into .deps/ (common/fetch_cuobjdump.sh).
+SASS_CHECKED := 10_pingpong 11_hopper_backward
+sass-check:
+	@for suite in $(SASS_CHECKED); do $(MAKE) --no-print-directory -C $$suite all || exit 1; done; \
+	cuobjdump=$$(bash common/fetch_cuobjdump.sh) || { echo "error: $$cuobjdump" >&2; exit 2; }; \
+	status=0; \
+	for suite in $(SASS_CHECKED); do \
+	  python3 common/check_sass.py build/$$suite/libattention_$$suite.so --cuobjdump "$$cuobjdump" || status=1; \
+	done; exit $$status
 
 # Needs a GPU (checked first). Builds the benchmark binaries, runs them, and writes the CSVs and
 # this run's figures to bench/results/<gpu>/ (docs/img/ is redrawn only by make plots).
@@ -152,6 +165,7 @@ help:
 	@echo "  make diagrams     redraw the chapters' diagrams (docs/diagrams/*.png) from the kernels' constants"
 	@echo "  make sanitize     compute-sanitizer (memcheck, racecheck, synccheck, initcheck) over every stage (GPU)"
 	@echo "  make profile      Nsight Compute report of one stage: make profile STAGE=04 (GPU, ncu)"
+	@echo "  make sass-check   read the Hopper forward's SASS: is the softmax between its two wgmma waits? (no GPU)"
 	@echo "  make diff         what one stage adds to another: make diff A=03 B=04"
 	@echo "  make clean        remove build/"
 	@echo "  make distclean    remove build/ and .deps/ (the fetched Doctest, the Python environment)"
