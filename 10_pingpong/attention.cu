@@ -19,6 +19,7 @@
 #include "cuda_check.h"
 #include "hopper.cuh"
 #include "ptx.cuh"
+#include "timeline.cuh"
 #include "validate.h"
 
 namespace {
@@ -113,6 +114,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     const int fragment_row = lane / 4;
     const int fragment_column = 2 * (lane % 4);
     const int warpgroup_row = warpgroup * 64;  // first row of this warpgroup inside the tile
+    TIMELINE_BEGIN;  // the phase stamps (common/timeline.cuh): nothing unless measured
 
     int kv_tiles = ceil_div(len_kv, BLOCK_KV);
     if (causal) kv_tiles = min(kv_tiles, ceil_div(q_start + BLOCK_Q, BLOCK_KV));
@@ -136,6 +138,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         // before the first one returns at once.
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
+            TIMELINE_STAMP(TIMELINE_START, 0);
             mbarrier_arrive_expect_tx(&q_full, Config::Q_BYTES);
             for (int slab = 0; slab < SLABS; ++slab)
                 tma_load_3d(q_tile + slab * BLOCK_Q * 64, &q_map, slab * 64, q_start, head, &q_full);
@@ -152,11 +155,14 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                 for (int slab = 0; slab < SLABS; ++slab)
                     tma_load_3d(v_tiles + (stage * SLABS + slab) * BLOCK_KV * 64, &v_map, slab * 64,
                                 kv_tile * BLOCK_KV, head, &v_full[stage]);
+                TIMELINE_STAMP(TIMELINE_LOADED, kv_tile);
             }
+            TIMELINE_STAMP(TIMELINE_END, kv_tiles);
         }
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+    TIMELINE_STAMP(TIMELINE_START, 0);
 
     // Descriptors of the operands. Q and K are K-major (the head dim is contiguous): k-step
     // `step` is slab step / 4, 32 bytes further along each row per step inside it. V is read as
@@ -281,17 +287,22 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
 
     // Tile 0: S_0 alone, then its softmax (O is still zero: nothing to rescale).
     mbarrier_wait(&k_full[0], 0);
+    TIMELINE_STAMP(TIMELINE_TILE_READY, 0);
     wait_turn();
+    TIMELINE_STAMP(TIMELINE_TURN, 0);
     fence_registers(s);
     wgmma_fence();
     issue_s(s, 0);
     wgmma_commit();
     pass_turn();
+    TIMELINE_STAMP(TIMELINE_ISSUED, 0);
     wgmma_wait<0>();
+    TIMELINE_STAMP(TIMELINE_S_DONE, 0);
     fence_registers(s);
     release(&k_empty[0]);
     mask(s, 0);
     softmax(s, alpha);
+    TIMELINE_STAMP(TIMELINE_SOFTMAX_DONE, 0);
     pack_p(s);
 
     // excerpt: overlap-loop
@@ -304,7 +315,9 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         const int previous = (kv_tile - 1) % STAGES;
         mbarrier_wait(&k_full[stage], parity(kv_tile));
         mbarrier_wait(&v_full[previous], parity(kv_tile - 1));
+        TIMELINE_STAMP(TIMELINE_TILE_READY, kv_tile);
         wait_turn();
+        TIMELINE_STAMP(TIMELINE_TURN, kv_tile);
         fence_registers(s);
         fence_registers(o_accumulator);
         wgmma_fence();
@@ -313,12 +326,16 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         issue_pv(previous);
         wgmma_commit();
         pass_turn();
+        TIMELINE_STAMP(TIMELINE_ISSUED, kv_tile);
         wgmma_wait<1>();  // S_j is done; P_{j-1} V_{j-1} may still run
+        TIMELINE_STAMP(TIMELINE_S_DONE, kv_tile);
         fence_registers(s);
         release(&k_empty[stage]);
         mask(s, kv_tile * BLOCK_KV);
         softmax(s, alpha);
+        TIMELINE_STAMP(TIMELINE_SOFTMAX_DONE, kv_tile);
         wgmma_wait<0>();
+        TIMELINE_STAMP(TIMELINE_PV_DONE, kv_tile - 1);
         fence_registers(o_accumulator);
         release(&v_empty[previous]);
         rescale_o(alpha);
@@ -329,13 +346,17 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     // The last O += P V. The last warpgroup passes no turn: nobody waits for it any more.
     const int last = (kv_tiles - 1) % STAGES;
     mbarrier_wait(&v_full[last], parity(kv_tiles - 1));
+    TIMELINE_STAMP(TIMELINE_TILE_READY, kv_tiles);
     wait_turn();
+    TIMELINE_STAMP(TIMELINE_TURN, kv_tiles);
     fence_registers(o_accumulator);
     wgmma_fence();
     issue_pv(last);
     wgmma_commit();
     if (warpgroup != Config::CONSUMERS - 1) pass_turn();
+    TIMELINE_STAMP(TIMELINE_ISSUED, kv_tiles);
     wgmma_wait<0>();
+    TIMELINE_STAMP(TIMELINE_PV_DONE, kv_tiles - 1);
     fence_registers(o_accumulator);
     release(&v_empty[last]);
 
@@ -374,6 +395,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         bulk_commit();
         bulk_wait_read<0>();  // shared memory must outlive the copy's reads
     }
+    TIMELINE_STAMP(TIMELINE_END, kv_tiles);
 }
 
 // Heads per group of the grid, as in stage 06: all of them when their K and V fit in L2

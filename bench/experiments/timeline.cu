@@ -1,0 +1,63 @@
+// Stage 10's forward with its phase stamps compiled in (common/timeline.cuh): runs one shape,
+// then writes every stamp of the first blocks as CSV, for draw_timeline.py to draw the
+// schedule as it happened on the SM. A warm-up call first, so that the timed call finds the
+// clocks up and the code loaded. Not a benchmark: the stamps cost a clock read and a store each.
+//   make -C bench/experiments timeline
+//   build/experiments/timeline [B H Lq Lk D causal] > timeline.csv      (an H100: sm_90a)
+// Default shape: the BF16 headline, 1 8 4096 8192 128 0.
+#define ATTENTION_TIMELINE
+#include "attention.cu"  // 10_pingpong's, on the include path
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "timing.h"
+
+int main(int argc, char** argv) {
+    int v[6] = {1, 8, 4096, 8192, 128, 0};
+    if (argc == 7)
+        for (int i = 0; i < 6; ++i) v[i] = std::atoi(argv[i + 1]);
+    else if (argc != 1) {
+        std::fprintf(stderr, "usage: %s [B H Lq Lk D causal]\n", argv[0]);
+        return 2;
+    }
+    const AttentionShape shape = make_shape(v[0], v[1], v[2], v[3], v[4], v[5] != 0);
+    DeviceBuffer<bf16> q(size_t(shape.q_elements())), k(size_t(shape.kv_elements())),
+        value(size_t(shape.kv_elements())), o(size_t(shape.q_elements()));
+    DeviceBuffer<float> lse(size_t(shape.lse_elements()));
+    fill_random(q.data(), q.count(), 0, 0);
+    fill_random(k.data(), k.count(), q.count(), 0);
+    fill_random(value.data(), value.count(), q.count() + k.count(), 0);
+
+    const int zeros[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS] = {};
+    for (int call = 0; call < 2; ++call) {  // the warm-up, then the one that is kept
+        CUDA_CHECK(cudaMemcpyToSymbol(timeline_counts, zeros, sizeof(zeros)));
+        attention_forward(q.data(), k.data(), value.data(), o.data(), lse.data(), shape, 0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    std::vector<TimelineStamp> stamps(size_t(TIMELINE_BLOCKS) * TIMELINE_WARPGROUPS *
+                                      TIMELINE_STAMPS);
+    int counts[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS];
+    CUDA_CHECK(cudaMemcpyFromSymbol(stamps.data(), timeline_records,
+                                    stamps.size() * sizeof(TimelineStamp)));
+    CUDA_CHECK(cudaMemcpyFromSymbol(counts, timeline_counts, sizeof(counts)));
+
+    static const char* names[TIMELINE_EVENTS] = {"start", "loaded", "tile_ready", "turn",
+                                                 "issued", "s_done", "softmax_done", "pv_done",
+                                                 "end"};
+    std::printf("# stage 10 forward, %s, phase stamps of the first %d blocks\n",
+                shape.to_string().c_str(), TIMELINE_BLOCKS);
+    std::printf("block,warpgroup,stamp,cycle,nanoseconds,event,tile\n");
+    for (int block = 0; block < TIMELINE_BLOCKS; ++block)
+        for (int slot = 0; slot < TIMELINE_WARPGROUPS; ++slot) {
+            const int count = std::min(counts[block][slot], TIMELINE_STAMPS);
+            for (int n = 0; n < count; ++n) {
+                const TimelineStamp& s =
+                    stamps[(size_t(block) * TIMELINE_WARPGROUPS + slot) * TIMELINE_STAMPS + n];
+                std::printf("%d,%d,%d,%lld,%lld,%s,%d\n", block, slot - 1, n, s.cycle,
+                            s.nanoseconds, names[s.event], s.tile);
+            }
+        }
+    return 0;
+}
