@@ -1,8 +1,9 @@
 // Stage 07: the backward pass, added to stage 06's forward (06's kernel as it stands: it writes
 // LSE, all the backward needs; make docs-check checks the copy character for character).
-// The backward: (1) D = rowsum(dO * O) per query row and the column sums of K; (2) one block
-// per 128 keys walks every query tile, recomputes P, forms dS, keeps dK and dV in registers and
-// adds its share of dQ = dS K to an FP32 accumulator; (3) dQ centred, scaled, rounded to bf16.
+// The backward: (1) delta = rowsum(dO * O) per query row and the column sums of K; (2) one
+// block per 128 keys walks every query tile, recomputes P, forms dS, keeps dK and dV in
+// registers and adds its share of dQ = dS K to an FP32 accumulator; (3) dQ centred, scaled,
+// rounded to bf16.
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -392,13 +393,13 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 
 // ---- forward: end (bench/check_forward_copy.py, run by make docs-check, keeps it 06's) ----
 
-// ---- backward 1: D = rowsum(dO * O), one warp per row -------------------------------------
+// ---- backward 1: delta = rowsum(dO * O), one warp per row ---------------------------------
 constexpr int PRE_THREADS = 256;
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(PRE_THREADS)
 preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
-                  float* __restrict__ D, int64_t rows) {
+                  float* __restrict__ delta, int64_t rows) {
     const int lane = threadIdx.x % 32;
     const int64_t warps = int64_t(gridDim.x) * (PRE_THREADS / 32);
     for (int64_t row = int64_t(blockIdx.x) * (PRE_THREADS / 32) + threadIdx.x / 32; row < rows;
@@ -413,7 +414,7 @@ preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
         }
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-        if (lane == 0) D[row] = sum;
+        if (lane == 0) delta[row] = sum;
     }
 }
 
@@ -448,8 +449,9 @@ struct OnePassTiles {
     static constexpr int DQ_DIMS = HEAD_DIM / K_WARPS, DQ_D_TILES = DQ_DIMS / 8;
     static constexpr int DQ_FRAGMENTS = 2 * DQ_D_TILES, DQ_WARP_FLOATS = DQ_FRAGMENTS * 32 * 4;
     static_assert(DQ_WARP_FLOATS * WARPS == Q_TILE, "the warps' dQ shares tile the chunk");
-    // K, V; Q_STAGES of Q and dO; P and dS; LSE and D, two buffers each; on Hopper one FP32 Q
-    // tile more, where dQ waits for the copy engine. At D = 128: 225 KiB on Hopper, 161 before.
+    // K, V; Q_STAGES of Q and dO; P and dS; LSE and delta, two buffers each; on Hopper one
+    // FP32 Q tile more, where dQ waits for the copy engine. At D = 128: 225 KiB on Hopper, 161
+    // before.
     static constexpr size_t shared_bytes(bool hopper) {
         return sizeof(bf16) * (2 * size_t(KV_TILE) +
                                2 * size_t(hopper ? HOPPER_Q_STAGES : OLDER_Q_STAGES) * Q_TILE +
@@ -479,8 +481,8 @@ struct OnePass {
 
     bf16 *k_tile, *v_tile, *q_tiles, *do_tiles;  // Q_STAGES buffers each of Q and dO
     bf16 *p_tile, *ds_tile;                      // [query][key]
-    float *lse_log2, *D_tiles;                   // two buffers each
-    float* warp_sums;  // [K_WARPS][BLOCK_Q] for the exact D, in P's space while P is unused
+    float *lse_log2, *delta_tiles;               // two buffers each
+    float* warp_sums;  // [K_WARPS][BLOCK_Q] for the exact delta, in P's space while P is unused
     float* dq_stage;   // Hopper: this warp's dQ on its way to the accumulator
     int warp, lane, fragment_row, fragment_column, s_q, s_k, kv_k, kv_d, dq_d;
     __device__ __forceinline__ explicit OnePass(unsigned char* shared) {
@@ -488,8 +490,8 @@ struct OnePass {
         q_tiles = v_tile + Tiles::KV_TILE, do_tiles = q_tiles + Q_STAGES * Tiles::Q_TILE;
         p_tile = do_tiles + Q_STAGES * Tiles::Q_TILE, ds_tile = p_tile + Tiles::SCORE_TILE;
         lse_log2 = reinterpret_cast<float*>(ds_tile + Tiles::SCORE_TILE);
-        D_tiles = lse_log2 + 2 * BLOCK_Q, warp_sums = reinterpret_cast<float*>(p_tile);
-        dq_stage = D_tiles + 2 * BLOCK_Q + int(threadIdx.x) / 32 * Tiles::DQ_WARP_FLOATS;
+        delta_tiles = lse_log2 + 2 * BLOCK_Q, warp_sums = reinterpret_cast<float*>(p_tile);
+        dq_stage = delta_tiles + 2 * BLOCK_Q + int(threadIdx.x) / 32 * Tiles::DQ_WARP_FLOATS;
         warp = threadIdx.x / 32, lane = threadIdx.x % 32;
         fragment_row = lane / 4, fragment_column = 2 * (lane % 4);
         s_q = (warp % Q_WARPS) * 32, s_k = (warp / Q_WARPS) * S_KEYS;
@@ -549,9 +551,11 @@ struct OnePass {
             }
     }
 
-    // When one block holds every key it sees whole rows of P and dP, and D = rowsum(P * dP)
-    // exactly: row sums over this warp's keys, then over the K_WARPS key groups, into tile_D.
-    __device__ __forceinline__ void exact_D(const Scores& p, const Scores& dp, float* tile_D) const {
+    // When one block holds every key it sees whole rows of P and dP, and delta = rowsum(P * dP)
+    // exactly: row sums over this warp's keys, then over the K_WARPS key groups, into
+    // tile_delta.
+    __device__ __forceinline__ void exact_delta(const Scores& p, const Scores& dp,
+                                                float* tile_delta) const {
 #pragma unroll
         for (int row_tile = 0; row_tile < 2; ++row_tile)
 #pragma unroll
@@ -571,32 +575,32 @@ struct OnePass {
             float sum = 0.0f;
 #pragma unroll
             for (int w = 0; w < K_WARPS; ++w) sum += warp_sums[w * BLOCK_Q + threadIdx.x];
-            tile_D[threadIdx.x] = sum;
+            tile_delta[threadIdx.x] = sum;
         }
         __syncthreads();
     }
 
     // excerpt: ds
-    // dP becomes dS = P (dP - D); its scale is applied once, to dK and dQ at the end. P and dS
-    // go to shared memory as bf16; ds_sums gets rowsum(dS) over this warp's keys, which goes
-    // to the workspace with the tile's dQ, for the centred dQ.
+    // dP becomes dS = P (dP - delta); its scale is applied once, to dK and dQ at the end. P
+    // and dS go to shared memory as bf16; ds_sums gets rowsum(dS) over this warp's keys, which
+    // goes to the workspace with the tile's dQ, for the centred dQ.
     __device__ __forceinline__ void score_gradients(const Scores& p, Scores& dp,
                                                     float (&ds_sums)[2][2],
-                                                    const float* tile_D) const {
+                                                    const float* tile_delta) const {
 #pragma unroll
         for (int row_tile = 0; row_tile < 2; ++row_tile)
 #pragma unroll
             for (int r = 0; r < 2; ++r) {
                 const int row = s_q + row_tile * 16 + fragment_row + r * 8;
-                const float row_D = tile_D[row];
+                const float row_delta = tile_delta[row];
                 float& sum = ds_sums[row_tile][r];
                 sum = 0.0f;
 #pragma unroll
                 for (int n = 0; n < S_TILES; ++n) {
                     const float* p_pair = &p[row_tile][n][2 * r];
                     float* ds = &dp[row_tile][n][2 * r];
-                    ds[0] = p_pair[0] * (ds[0] - row_D);
-                    ds[1] = p_pair[1] * (ds[1] - row_D);
+                    ds[0] = p_pair[0] * (ds[0] - row_delta);
+                    ds[1] = p_pair[1] * (ds[1] - row_delta);
                     sum += ds[0] + ds[1];
                     const int column = s_k + n * 8 + fragment_column;
                     store_bf16x2(p_tile + ScoreTile::offset(row, column), p_pair[0], p_pair[1]);
@@ -730,7 +734,7 @@ template <class Tiles>
 __global__ void __launch_bounds__(Tiles::THREADS, 1)
 one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
                          const bf16* __restrict__ V, const bf16* __restrict__ dO,
-                         const float* __restrict__ lse, const float* __restrict__ D,
+                         const float* __restrict__ lse, const float* __restrict__ delta,
                          bf16* __restrict__ dK, bf16* __restrict__ dV,
                          float* __restrict__ dq_accum, float* __restrict__ ds_rowsum, int len_q,
                          int len_kv, int kv_blocks, float scale, bool causal) {
@@ -744,31 +748,31 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
     const int64_t head = int(blockIdx.x) / kv_blocks;
     const int kv_start = (int(blockIdx.x) % kv_blocks) * BLOCK_KV;
     const bf16 *q_head = Q + head * len_q * HEAD_DIM, *do_head = dO + head * len_q * HEAD_DIM;
-    const float *lse_head = lse + head * len_q, *D_head = D + head * len_q;
-    // One block holding every key sees whole rows of P and dP: D = rowsum(P * dP) exactly.
-    const bool D_is_exact = kv_blocks == 1;
+    const float *lse_head = lse + head * len_q, *delta_head = delta + head * len_q;
+    // One block holding every key sees whole rows of P and dP: delta = rowsum(P * dP) exactly.
+    const bool delta_is_exact = kv_blocks == 1;
     typename OnePass<Tiles>::KeyGradient dk = {}, dv = {};
     // Causal: queries before kv_start see none of these keys; skip their tiles.
     const int q_tile_count = ceil_div(len_q, BLOCK_Q);
     const int first_tile = causal ? kv_start / BLOCK_Q : 0;
 
-    // LSE (in the exp2 domain) and D of one query tile, one row per thread of the first
+    // LSE (in the exp2 domain) and delta of one query tile, one row per thread of the first
     // BLOCK_Q: loaded into registers a tile ahead and stored to shared memory once this tile's
     // work is done, so that no warp waits for them. Rows past the end get LSE = +inf, so that
     // their P is exactly 0 and they add nothing to dK or dV.
     static_assert(BLOCK_Q <= THREADS, "one row per thread");
     const bool stats_thread = int(threadIdx.x) < BLOCK_Q;
-    float next_lse = INFINITY, next_D = 0.0f;
+    float next_lse = INFINITY, next_delta = 0.0f;
     auto load_row_stats = [&](int tile) {
         const int row = tile * BLOCK_Q + int(threadIdx.x);
         const bool inside = stats_thread && row < len_q;
         next_lse = inside ? lse_head[row] : INFINITY;
-        next_D = inside ? D_head[row] : 0.0f;
+        next_delta = inside ? delta_head[row] : 0.0f;
     };
     auto store_row_stats = [&](int buffer) {
         if (stats_thread) {
             step.lse_log2[buffer * BLOCK_Q + threadIdx.x] = next_lse * LOG2E;
-            step.D_tiles[buffer * BLOCK_Q + threadIdx.x] = next_D;
+            step.delta_tiles[buffer * BLOCK_Q + threadIdx.x] = next_delta;
         }
     };
     // Q and dO of a query tile into stage `stage`, as one cp.async group (an empty group past
@@ -794,7 +798,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
     // excerpt: loop-top
     int stage = 0;  // (tile - first_tile) % Q_STAGES
     for (int tile = first_tile; tile < q_tile_count; ++tile) {
-        const int buffer = (tile - first_tile) % 2;  // of LSE and D
+        const int buffer = (tile - first_tile) % 2;  // of LSE and delta
         // This tile's Q and dO have landed (the Q_STAGES - 2 newer groups may still be in
         // flight); the barrier also tells that every warp is done with the last tile, so its
         // stage, P and dS may be rewritten.
@@ -806,16 +810,16 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
         const bf16* do_tile = step.do_tiles + stage * Tiles::Q_TILE;
         stage = stage == Q_STAGES - 1 ? 0 : stage + 1;
         const float* tile_lse = step.lse_log2 + buffer * BLOCK_Q;
-        float* tile_D = step.D_tiles + buffer * BLOCK_Q;
+        float* tile_delta = step.delta_tiles + buffer * BLOCK_Q;
         const int q_start = tile * BLOCK_Q;
     // end excerpt
 
         typename OnePass<Tiles>::Scores s = {}, dp = {};
         step.scores(s, dp, q_tile, do_tile);
         step.probabilities(s, tile_lse, q_start, kv_start, len_kv, scale_log2, causal);
-        if (D_is_exact) step.exact_D(s, dp, tile_D);
+        if (delta_is_exact) step.exact_delta(s, dp, tile_delta);
         float ds_sums[2][2];
-        step.score_gradients(s, dp, ds_sums, tile_D);
+        step.score_gradients(s, dp, ds_sums, tile_delta);
         __syncthreads();  // P and dS are complete
 
         // excerpt: product-order
@@ -836,7 +840,7 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 
 // ---- backward 3: the FP32 dQ accumulator, centred, scaled, to bf16 ------------------------
 // dQ_i = scale sum_j dS_ij (K_j - c) for any c, since sum_j dS_ij = 0 in exact arithmetic; with
-// D from the bf16 O it is not, and c = mean(K) keeps K's common part from multiplying that
+// delta from the bf16 O it is not, and c = mean(K) keeps K's common part from multiplying that
 // error (chapter 07, Precision): this subtracts (sum_j dS_ij) mean(K). The accumulator is in
 // the one-pass kernel's order: a thread takes one lane's 4 floats of a fragment (2 dims, 2 rows).
 template <class Tiles>
@@ -887,11 +891,11 @@ key_sum_kernel(const bf16* __restrict__ K, float* __restrict__ key_sum, int len_
 // key_sum_kernel puts the 64-key slice in gridDim.y (at most 65535): 2^20 keeps it there.
 constexpr int MAX_LENGTH = 1 << 20;
 
-// The workspace: D per query row, then what is summed into and so starts at zero: rowsum(dS)
-// per query row, the column sums of K per head, the FP32 dQ accumulator (whole query tiles of
-// the one-pass kernel, the last one padded).
+// The workspace: delta per query row, then what is summed into and so starts at zero:
+// rowsum(dS) per query row, the column sums of K per head, the FP32 dQ accumulator (whole query
+// tiles of the one-pass kernel, the last one padded).
 struct WorkspaceLayout {
-    size_t D = 0, ds_rowsum = 0, key_sum = 0, dq_accum = 0, total = 0;
+    size_t delta = 0, ds_rowsum = 0, key_sum = 0, dq_accum = 0, total = 0;
     explicit WorkspaceLayout(const AttentionShape& shape) {
         auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
         const size_t row_bytes = rounded(size_t(shape.lse_elements()) * sizeof(float));
@@ -925,7 +929,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     Workspace workspace(layout.total, stream);  // refuses, before any launch, what cannot fit
     char* base = workspace.as<char>();
     auto at = [base](size_t offset) { return reinterpret_cast<float*>(base + offset); };
-    float *D = at(layout.D), *ds_rowsum = at(layout.ds_rowsum);
+    float *delta = at(layout.delta), *ds_rowsum = at(layout.ds_rowsum);
     float *key_sum = at(layout.key_sum), *dq_accum = at(layout.dq_accum);
     const float scale = shape.softmax_scale();
     const unsigned heads = unsigned(shape.batch * shape.heads);
@@ -933,7 +937,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
 
     CUDA_CHECK(cudaMemsetAsync(ds_rowsum, 0, layout.total - layout.ds_rowsum, stream));
     const int pre_blocks = int(std::min<int64_t>((rows + 7) / 8, 65536));
-    preprocess_kernel<HEAD_DIM><<<pre_blocks, PRE_THREADS, 0, stream>>>(o, dout, D, rows);
+    preprocess_kernel<HEAD_DIM><<<pre_blocks, PRE_THREADS, 0, stream>>>(o, dout, delta, rows);
     CUDA_CHECK(cudaGetLastError());
     key_sum_kernel<HEAD_DIM><<<dim3(heads, unsigned(ceil_div(shape.len_kv, KEY_SUM_ROWS))), HEAD_DIM,
                                0, stream>>>(k, key_sum, shape.len_kv);
@@ -948,8 +952,8 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
     const int kv_blocks = ceil_div(shape.len_kv, Tiles::BLOCK_KV);
     one_pass_backward_kernel<Tiles><<<heads * unsigned(kv_blocks), Tiles::THREADS, bytes, stream>>>(
-        q, k, v, dout, lse, D, dk, dv, dq_accum, ds_rowsum, shape.len_q, shape.len_kv, kv_blocks,
-        scale, shape.causal);
+        q, k, v, dout, lse, delta, dk, dv, dq_accum, ds_rowsum, shape.len_q, shape.len_kv,
+        kv_blocks, scale, shape.causal);
     CUDA_CHECK(cudaGetLastError());
     const int64_t fragments = int64_t((layout.total - layout.dq_accum) / (4 * sizeof(float)));
     const int convert_blocks = int(std::min<int64_t>((fragments + 255) / 256, 65536));

@@ -472,14 +472,15 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 // ---- forward: end ---------------------------------------------------------------------------
 
 // ---- backward ------------------------------------------------------------------------------
-// With S = scale Q K^T, P = exp(S - LSE), dP = dO V^T and D = rowsum(dO * O) = rowsum(P * dP):
-//   dS = P * (dP - D),   dV = P^T dO,   dK = scale dS^T Q,   dQ = scale dS K.
+// With S = scale Q K^T, P = exp(S - LSE), dP = dO V^T and
+// delta = rowsum(dO * O) = rowsum(P * dP):
+//   dS = P * (dP - delta),   dV = P^T dO,   dK = scale dS^T Q,   dQ = scale dS K.
 // The block keeps its keys' dK and dV in registers for the whole walk; dQ of a query tile gets
 // a contribution from every block whose keys it sees, so it is added up in device memory.
 
 // One configuration. Two consumer warpgroups own 64 keys each (wgmma's M); a query tile is
 // BLOCK_Q rows, the N of S^T and dP^T. Shared memory: K and V of the block, STAGES of Q, dO,
-// LSE and D, two dS^T tiles and one FP32 dQ staging tile per consumer.
+// LSE and delta, two dS^T tiles and one FP32 dQ staging tile per consumer.
 template <int HEAD_DIM_>
 struct BackwardTiling {
     static constexpr int HEAD_DIM = HEAD_DIM_;
@@ -496,7 +497,7 @@ struct BackwardTiling {
     static constexpr int CONSUMER_REGISTERS = 240;
     static constexpr uint32_t KV_BYTES = BLOCK_KV * HEAD_DIM * sizeof(bf16);
     static constexpr uint32_t Q_BYTES = BLOCK_Q * HEAD_DIM * sizeof(bf16);
-    static constexpr uint32_t ROW_BYTES = BLOCK_Q * sizeof(float);      // BLOCK_Q LSE or D values
+    static constexpr uint32_t ROW_BYTES = BLOCK_Q * sizeof(float);  // BLOCK_Q LSE or delta values
     // dQ = dS K over all the block's keys, so that the block adds each dQ element to device
     // memory once per query tile: the BLOCK_Q x HEAD_DIM block is cut into 64 x 64 pieces, one
     // per consumer (at D = 64 consumer g takes queries 64 g .. 64 g + 63, at D = 128 columns
@@ -518,23 +519,24 @@ struct BackwardTiling {
     static constexpr uint32_t ONES_BYTES = 8 * 64 * sizeof(bf16);
     static constexpr size_t ROWSUM_OFFSET = ONES_OFFSET + ONES_BYTES;  // one consumer's 64 sums each
     static constexpr size_t LSE_OFFSET = ROWSUM_OFFSET + CONSUMERS * ROW_BYTES;
-    static constexpr size_t D_OFFSET = LSE_OFFSET + STAGES * ROW_BYTES;
-    // For the exact D: two buffers of per-warp column sums, and each consumer's copy of the sums.
-    static constexpr size_t PARTIALS_OFFSET = D_OFFSET + STAGES * ROW_BYTES;
-    static constexpr size_t EXACT_D_OFFSET = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES;
-    static constexpr size_t SHARED_BYTES = EXACT_D_OFFSET + CONSUMERS * ROW_BYTES + 1024;
+    static constexpr size_t DELTA_OFFSET = LSE_OFFSET + STAGES * ROW_BYTES;
+    // For the exact delta: two buffers of per-warp column sums, and each consumer's copy of
+    // the sums.
+    static constexpr size_t PARTIALS_OFFSET = DELTA_OFFSET + STAGES * ROW_BYTES;
+    static constexpr size_t EXACT_DELTA_OFFSET = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES;
+    static constexpr size_t SHARED_BYTES = EXACT_DELTA_OFFSET + CONSUMERS * ROW_BYTES + 1024;
 };
 static_assert(BackwardTiling<64>::SHARED_BYTES <= 227 * 1024 && BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
 
 // Per query row, into arrays padded to whole query tiles (BLOCK_Q rows) per head (so that every tile the
 // producer copies starts on a 16-byte boundary and never reaches into the next head):
-// D = rowsum(dO * O) and LSE log2 e. Padding rows get 0. One warp per row.
+// delta = rowsum(dO * O) and LSE log2 e. Padding rows get 0. One warp per row.
 constexpr int PREPROCESS_THREADS = 256;
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(PREPROCESS_THREADS)
 backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
-                           const float* __restrict__ lse, float* __restrict__ D,
+                           const float* __restrict__ lse, float* __restrict__ delta,
                            float* __restrict__ lse_log2, int len_q, int padded_len_q,
                            int64_t padded_rows) {
     const int lane = int(threadIdx.x) % 32;
@@ -544,7 +546,7 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
         const int64_t head = padded / padded_len_q;
         const int query = int(padded % padded_len_q);
         if (query >= len_q) {
-            if (lane == 0) D[padded] = lse_log2[padded] = 0.0f;
+            if (lane == 0) delta[padded] = lse_log2[padded] = 0.0f;
             continue;
         }
         const int64_t row = head * len_q + query;
@@ -558,7 +560,7 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
         if (lane == 0) {
-            D[padded] = sum;
+            delta[padded] = sum;
             lse_log2[padded] = lse[row] * LOG2E;
         }
     }
@@ -610,7 +612,7 @@ template <class Config>
 __global__ void __launch_bounds__(Config::THREADS, 1)
 flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
-                      const __grid_constant__ CUtensorMap lse_map, const __grid_constant__ CUtensorMap d_map,
+                      const __grid_constant__ CUtensorMap lse_map, const __grid_constant__ CUtensorMap delta_map,
                       const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                       float* __restrict__ dq_accumulator, float* __restrict__ ds_rowsum,
                       float* __restrict__ key_sum, int len_q, int len_kv, int kv_tiles,
@@ -623,7 +625,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     constexpr int KEY_STEPS = BLOCK_KV / 16;  // k-steps of dQ (over the keys)
 
     __shared__ uint64_t kv_full;          // K and V have landed
-    __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and D have landed
+    __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
     __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
     extern __shared__ unsigned char dynamic_shared[];
     // excerpt: shared-base
@@ -637,7 +639,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     bf16* q_tiles_smem = reinterpret_cast<bf16*>(base + Config::Q_OFFSET);    // [STAGES][SLABS][BLOCK_Q][64]
     bf16* do_tiles = reinterpret_cast<bf16*>(base + Config::DO_OFFSET);       // [STAGES][SLABS][BLOCK_Q][64]
     float* lse_rows = reinterpret_cast<float*>(base + Config::LSE_OFFSET);    // [STAGES][BLOCK_Q]
-    float* d_rows = reinterpret_cast<float*>(base + Config::D_OFFSET);        // [STAGES][BLOCK_Q]
+    float* delta_rows = reinterpret_cast<float*>(base + Config::DELTA_OFFSET);  // [STAGES][BLOCK_Q]
 
     const int head = int(blockIdx.x) / kv_tiles;
     const int kv_start = (int(blockIdx.x) % kv_tiles) * BLOCK_KV;
@@ -666,7 +668,8 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     __syncthreads();
 
     if (warpgroup < 0) {
-        // The producer: K and V once, then Q, dO, LSE and D of every query tile the keys can see.
+        // The producer: K and V once, then Q, dO, LSE and delta of every query tile the keys
+        // can see.
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
             mbarrier_arrive_expect_tx(&kv_full, 2 * Config::KV_BYTES);
@@ -684,10 +687,10 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                     tma_load_3d(q_tiles_smem + offset, &q_map, slab * 64, q_tile * BLOCK_Q, head, &q_full[stage]);
                     tma_load_3d(do_tiles + offset, &do_map, slab * 64, q_tile * BLOCK_Q, head, &q_full[stage]);
                 }
-                // LSE log2 e and D, padded to whole tiles per head by the preprocessing kernel.
+                // LSE log2 e and delta, padded to whole tiles per head by the preprocessing kernel.
                 const int row = (head * q_tiles + q_tile) * BLOCK_Q;
                 tma_load_2d(lse_rows + stage * BLOCK_Q, &lse_map, row, 0, &q_full[stage]);
-                tma_load_2d(d_rows + stage * BLOCK_Q, &d_map, row, 0, &q_full[stage]);
+                tma_load_2d(delta_rows + stage * BLOCK_Q, &delta_map, row, 0, &q_full[stage]);
             }
             // end excerpt
         }
@@ -730,9 +733,9 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     const float scale_log2 = scale * LOG2E;
     mbarrier_wait(&kv_full, 0);
 
-    // Centred dQ. D = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
-    // error enters every dS_ij as -P_ij dD_i, which dQ = dS K multiplies by the large common
-    // part of K (the inputs' mean). In exact arithmetic rowsum(dS) = 0, so
+    // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
+    // error enters every dS_ij as -P_ij times delta_i's error, which dQ = dS K multiplies by the
+    // large common part of K (the inputs' mean). In exact arithmetic rowsum(dS) = 0, so
     // dQ_i = scale (sum_j dS_ij K_j - (sum_j dS_ij) c) for any c: with c = mean_j K_j the
     // common part cancels. The blocks add their keys' column sums of K and their dS row sums
     // into the workspace; the convert kernel subtracts.
@@ -744,9 +747,10 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         atomicAdd(key_sum + head * HEAD_DIM + column, sum);
     }
     named_barrier_sync(1 + warpgroup, 128);  // read before the epilogue overwrites these rows
-    // Exact D. When one block holds every key, it can sum P * dP over them itself instead of
-    // using the rounded O; at tiny lengths a nearly one-hot row makes the true dS so small that
-    // the rounding of D would dominate it. Two buffers of [consumer warps][BLOCK_Q] partials.
+    // Exact delta. When one block holds every key, it can sum P * dP over them itself instead
+    // of using the rounded O; at tiny lengths a nearly one-hot row makes the true dS so small
+    // that the rounding of delta would dominate it. Two buffers of [consumer warps][BLOCK_Q]
+    // partials.
     const bool exact_delta = kv_tiles == 1;
     float* delta_partials = reinterpret_cast<float*>(base + Config::PARTIALS_OFFSET);
 
@@ -845,11 +849,11 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         pass_turn();
         // end excerpt
 
-        // This thread's keys (rows) and queries (columns), and what it needs of LSE and D.
+        // This thread's keys (rows) and queries (columns), and what it needs of LSE and delta.
         // A score is kept iff key < len_kv, query < len_q and (causal) key <= query.
         const int key0 = kv_start + key_row + warp * 16 + fragment_row;  // and key0 + 8
         const float* lse_stage = lse_rows + stage * BLOCK_Q;
-        const float* d_stage = d_rows + stage * BLOCK_Q;
+        const float* delta_stage = delta_rows + stage * BLOCK_Q;
 
         wgmma_wait<1>();  // S^T is done
         fence_registers(s);
@@ -880,11 +884,11 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             exponentiate(std::false_type{});
         wgmma_wait<0>();  // dP^T is done
         fence_registers(dp);
-        // D of the tile's queries: the preprocessed rows, or (one block holds every key) the
+        // delta of the tile's queries: the preprocessed rows, or (one block holds every key) the
         // exact sums of P * dP over the keys: this thread's two, the warp's 16 (lanes with the
         // same lane % 4 hold the same columns), then the consumer warps' partials added by one
         // thread per query.
-        const float* delta_row = d_stage;
+        const float* delta_row = delta_stage;
         if (exact_delta) {
             float* partials = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q +
                               (warpgroup * 4 + warp) * BLOCK_Q;
@@ -899,7 +903,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                 }
             named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
             const float* all = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
-            float* exact = reinterpret_cast<float*>(base + Config::EXACT_D_OFFSET) + warpgroup * BLOCK_Q;
+            float* exact = reinterpret_cast<float*>(base + Config::EXACT_DELTA_OFFSET) + warpgroup * BLOCK_Q;
             const int query = int(threadIdx.x) % 128;
             if (query < BLOCK_Q) {
                 float sum = 0.0f;
@@ -910,7 +914,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             named_barrier_sync(1 + warpgroup, 128);
             delta_row = exact;
         }
-        // dS^T = P^T (dP^T - D), in place in dp; P^T and dS^T packed as bf16 A fragments (the
+        // dS^T = P^T (dP^T - delta), in place in dp; P^T and dS^T packed as bf16 A fragments (the
         // accumulators of 8-column tiles 2k and 2k+1 are the A fragment of k-step k).
         uint32_t p_fragment[Q_STEPS][4], ds_fragment[Q_STEPS][4];
 #pragma unroll
@@ -978,7 +982,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         } else {
             // No piece yet, but the same two barriers: racecheck takes an exchange between warps
             // that have passed different numbers of barriers for a race even where a barrier
-            // orders it, and the exact D's exchange comes next (docs/sanitizers.md).
+            // orders it, and the exact delta's exchange comes next (docs/sanitizers.md).
             named_barrier_sync(1 + warpgroup, 128);
             named_barrier_sync(1 + warpgroup, 128);
         }
@@ -1047,18 +1051,18 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
     return map;
 }
 
-// The workspace, in FP32: per query row (padded to whole tiles) D and LSE log2 e, then what
-// is summed by atomics and so starts at zero: the dS row sums, the K column sums per head, and
-// the dQ accumulator (64-row blocks of every query tile).
+// The workspace, in FP32: per query row (padded to whole tiles) delta and LSE log2 e, then
+// what is summed by atomics and so starts at zero: the dS row sums, the K column sums per head,
+// and the dQ accumulator (64-row blocks of every query tile).
 struct BackwardWorkspace {
-    size_t d_offset = 0, lse_offset = 0, rowsum_offset = 0, key_sum_offset = 0, dq_offset = 0,
+    size_t delta_offset = 0, lse_offset = 0, rowsum_offset = 0, key_sum_offset = 0, dq_offset = 0,
            total = 0;
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
         const size_t block_q = shape.head_dim == 64 ? BackwardTiling<64>::BLOCK_Q : BackwardTiling<128>::BLOCK_Q;
         const size_t padded_rows = heads * ((size_t(shape.len_q) + block_q - 1) / block_q) * block_q;
         auto bytes = [](size_t floats) { return (floats * sizeof(float) + 255) / 256 * 256; };
-        lse_offset = d_offset + bytes(padded_rows);
+        lse_offset = delta_offset + bytes(padded_rows);
         rowsum_offset = lse_offset + bytes(padded_rows);
         key_sum_offset = rowsum_offset + bytes(padded_rows);
         dq_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
@@ -1087,7 +1091,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const BackwardWorkspace layout(shape);
     Workspace workspace(layout.total, stream);
     char* scratch = workspace.as<char>();
-    float* delta = reinterpret_cast<float*>(scratch + layout.d_offset);
+    float* delta = reinterpret_cast<float*>(scratch + layout.delta_offset);
     float* lse_log2 = reinterpret_cast<float*>(scratch + layout.lse_offset);
     float* ds_rowsum = reinterpret_cast<float*>(scratch + layout.rowsum_offset);
     float* key_sum = reinterpret_cast<float*>(scratch + layout.key_sum_offset);
@@ -1107,12 +1111,12 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const CUtensorMap dk_map = make_tensor_map(dk, batch_heads, shape.len_kv, HEAD_DIM, 64);
     const CUtensorMap dv_map = make_tensor_map(dv, batch_heads, shape.len_kv, HEAD_DIM, 64);
     const CUtensorMap lse_map = make_row_map(lse_log2, padded_rows, Config::BLOCK_Q);
-    const CUtensorMap d_map = make_row_map(delta, padded_rows, Config::BLOCK_Q);
+    const CUtensorMap delta_map = make_row_map(delta, padded_rows, Config::BLOCK_Q);
     auto kernel = flash_backward_kernel<Config>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Config::SHARED_BYTES)));
     kernel<<<unsigned(batch_heads * kv_tiles), Config::THREADS, Config::SHARED_BYTES, stream>>>(
-        q_map, k_map, v_map, do_map, lse_map, d_map, dk_map, dv_map, dq_accumulator, ds_rowsum,
+        q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map, dq_accumulator, ds_rowsum,
         key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal);
     CUDA_CHECK_LAUNCH();
 
