@@ -20,6 +20,7 @@
 #include "cuda_check.h"
 #include "hopper.cuh"
 #include "ptx.cuh"
+#include "timeline.cuh"
 #include "validate.h"
 
 namespace {
@@ -105,6 +106,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
     const int fragment_row = lane / 4;
     const int fragment_column = 2 * (lane % 4);
     const int warpgroup_row = warpgroup * 64;  // first row of this warpgroup inside the tile
+    TIMELINE_BEGIN;  // the phase stamps (common/timeline.cuh): nothing unless measured
 
     int kv_tiles = ceil_div(len_kv, BLOCK_KV);
     if (causal) kv_tiles = min(kv_tiles, ceil_div(q_start + BLOCK_Q, BLOCK_KV));
@@ -129,6 +131,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         // before the first one returns at once.
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) {
+            TIMELINE_STAMP(TIMELINE_START, 0);
             mbarrier_arrive_expect_tx(&q_full, Config::Q_BYTES);
             for (int slab = 0; slab < SLABS; ++slab)
                 tma_load_3d(q_tile + slab * BLOCK_Q * 64, &q_map, slab * 64, q_start, head, &q_full);
@@ -145,11 +148,14 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
                 for (int slab = 0; slab < SLABS; ++slab)
                     tma_load_3d(v_tiles + (stage * SLABS + slab) * BLOCK_KV * 64, &v_map, slab * 64,
                                 kv_tile * BLOCK_KV, head, &v_full[stage]);
+                TIMELINE_STAMP(TIMELINE_LOADED, kv_tile);
             }
+            TIMELINE_STAMP(TIMELINE_END, kv_tiles);
         }
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+    TIMELINE_STAMP(TIMELINE_START, 0);
     // end excerpt
 
     // Descriptors of the operands. Q and K are K-major (the head dim is contiguous): k-step
@@ -185,6 +191,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         // The stage is refilled every STAGES tiles: its barriers' phase parity flips each time.
         const uint32_t full_parity = (kv_tile / STAGES) % 2;
         mbarrier_wait(&k_full[stage], full_parity);
+        TIMELINE_STAMP(TIMELINE_TILE_READY, kv_tile);
 
         // S = Q K^T: HEAD_DIM / 16 wgmma, both operands from shared memory, then wait for them.
         float s[BLOCK_KV / 2];
@@ -194,7 +201,9 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         for (int step = 0; step < QK_STEPS; ++step)
             Wgmma<BLOCK_KV>::template ss<0, 0>(s, q_descriptor(step), k_descriptor(stage, step), step > 0);
         wgmma_commit();
+        TIMELINE_STAMP(TIMELINE_ISSUED, kv_tile);
         wgmma_wait<0>();
+        TIMELINE_STAMP(TIMELINE_S_DONE, kv_tile);
         fence_registers(s);
         // K_j has been read: one arrival per warp lets the producer refill it.
         __syncwarp();
@@ -258,6 +267,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         }
 
         // O += P V: P from registers, V through its MN-major descriptor.
+        TIMELINE_STAMP(TIMELINE_SOFTMAX_DONE, kv_tile);
         mbarrier_wait(&v_full[stage], full_parity);
         fence_registers(o_accumulator);
         wgmma_fence();
@@ -265,7 +275,9 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         for (int step = 0; step < PV_STEPS; ++step)
             Wgmma<HEAD_DIM>::template rs<1>(o_accumulator, p[step], v_descriptor(stage, step), 1);
         wgmma_commit();
+        TIMELINE_STAMP(TIMELINE_ISSUED, kv_tile);
         wgmma_wait<0>();
+        TIMELINE_STAMP(TIMELINE_PV_DONE, kv_tile);
         fence_registers(o_accumulator);
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&v_empty[stage]);
@@ -307,6 +319,7 @@ flash_forward_specialized_kernel(const __grid_constant__ CUtensorMap q_map,
         bulk_commit();
         bulk_wait_read<0>();  // shared memory must outlive the copy's reads
     }
+    TIMELINE_STAMP(TIMELINE_END, kv_tiles);
     // end excerpt
 }
 

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
-"""Draws the schedule of one block of stage 10 as it ran: one row per warpgroup, a bar per phase,
-from the stamps bench/experiments/timeline.cu writes (common/timeline.cuh names the events).
+"""Draws the schedule of one block of a Hopper stage as it ran: one row per warpgroup, a bar per
+phase, from the stamps bench/experiments/timeline.cu writes (common/timeline.cuh names the
+events). Each bar spans two consecutive stamps of a warpgroup, coloured by what lies between:
 
-A consumer's tile j, between its stamps:
-  tile_ready -> turn          waiting for its turn to issue (the other consumer is issuing)
-  turn -> issued              issuing S_j = Q K_j^T (and O += P_{j-1} V_{j-1})
-  issued -> s_done            waiting for S_j from the tensor cores
-  s_done -> softmax_done      the softmax of S_j
-  softmax_done -> pv_done     waiting for P_{j-1} V_{j-1}
-  pv_done -> next tile_ready  rescaling O, packing P; then waiting for the next K and V
+  tile_ready -> turn                    waiting for its turn to issue (stage 10's ping-pong)
+  turn / tile_ready / softmax_done -> issued
+                                        issuing wgmma (in 09, for P V also waiting for V)
+  issued -> s_done                      waiting for S from the tensor cores
+  s_done -> softmax_done                the softmax (09 also rescales O in it)
+  softmax_done / issued -> pv_done      waiting for P V
+  pv_done / start -> tile_ready         rescaling O, packing P (10), then waiting for K and V
 The producer's row marks each tile's loads as issued. Cycles become microseconds through a
 straight-line fit of the stamps' %globaltimer nanoseconds against their clock64 cycles.
 
-usage: draw_timeline.py timeline.csv --out figure.png [--block 0] [--tiles 8 14]
+usage: draw_timeline.py timeline.csv --out figure.png [--block 0] [--tiles 8 13]
 """
 import argparse
 import csv
@@ -22,13 +23,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-PHASES = [  # (from event, to event, label, colour)
-    ("tile_ready", "turn", "waits for its turn", "#d9d9d9"),
-    ("turn", "issued", "issues wgmma", "#1f4e79"),
-    ("issued", "s_done", "waits for S", "#9ecae1"),
-    ("s_done", "softmax_done", "softmax", "#c0392b"),
-    ("softmax_done", "pv_done", "waits for P V", "#f4d03f"),
+PHASES = [  # (label, colour, the (from, to) event pairs it covers)
+    ("waits for its turn", "#d9d9d9", {("tile_ready", "turn")}),
+    ("issues wgmma", "#1f4e79", {("turn", "issued"), ("tile_ready", "issued"),
+                                 ("softmax_done", "issued")}),
+    ("waits for S", "#9ecae1", {("issued", "s_done")}),
+    ("softmax", "#c0392b", {("s_done", "softmax_done")}),
+    ("waits for P V", "#f4d03f", {("softmax_done", "pv_done"), ("issued", "pv_done")}),
+    ("rescales O, waits for K, V", "#a5d6a7", {("pv_done", "tile_ready"), ("start", "tile_ready")}),
 ]
+COLOUR = {pair: (label, colour) for label, colour, pairs in PHASES for pair in pairs}
 
 
 def read(path, block):
@@ -73,21 +77,16 @@ def main():
                 loads = [r["us"] for r in stamps if r["event"] == "loaded"]
                 ax.plot(loads, [y] * len(loads), "|", color="#2e7d32", ms=12, mew=1.5)
                 continue
-            by_tile = {}
-            for r in stamps:
-                by_tile.setdefault(int(r["tile"]), {})[r["event"]] = r["us"]
-            # pv_done of tile j-1 is stamped in tile j's iteration with tile j-1's number.
-            for tile, events in by_tile.items():
-                if zoom and not first <= tile <= last:
+            stamps.sort(key=lambda r: r["us"])
+            for before, after in zip(stamps, stamps[1:]):
+                phase = COLOUR.get((before["event"], after["event"]))
+                if phase is None or (zoom and not first <= int(before["tile"]) <= last):
                     continue
-                for begin, end, label, colour in PHASES:
-                    end_time = (by_tile.get(tile - 1, {}).get(end) if end == "pv_done"
-                                else events.get(end))
-                    if begin in events and end_time is not None and end_time >= events[begin]:
-                        ax.barh(y, end_time - events[begin], left=events[begin], height=0.6,
-                                color=colour, edgecolor="none")
-                if zoom and "turn" in events:
-                    ax.text(events["turn"], y + 0.36, f"j={tile}", fontsize=6, color="#333")
+                ax.barh(y, after["us"] - before["us"], left=before["us"], height=0.6,
+                        color=phase[1], edgecolor="none")
+                if zoom and before["event"] == "tile_ready":
+                    ax.text(before["us"], y + 0.38, f"j={before['tile']}", fontsize=6,
+                            color="#333")
         ax.set_yticks(range(len(warpgroups)))
         ax.set_yticklabels(["producer" if w < 0 else f"consumer {w}" for w in warpgroups])
         ax.invert_yaxis()
@@ -104,11 +103,11 @@ def main():
                          "stamps", fontsize=9)
     if zoom_range:
         axes[0].axvspan(*zoom_range, color="#000000", alpha=0.06)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for _, _, _, c in PHASES]
+    handles = [plt.Rectangle((0, 0), 1, 1, color=colour) for _, colour, _ in PHASES]
     handles.append(plt.Line2D([], [], marker="|", ls="", color="#2e7d32", ms=10, mew=1.5))
-    fig.legend(handles, [p[2] for p in PHASES] + ["producer: a tile's loads issued"],
-               loc="lower center", ncol=6, frameon=False, fontsize=8)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(handles, [label for label, _, _ in PHASES] + ["producer: a tile's loads issued"],
+               loc="lower center", ncol=4, frameon=False, fontsize=8)
+    fig.tight_layout(rect=(0, 0.09, 1, 1))
     fig.savefig(arguments.out)
     print(f"draw_timeline: wrote {arguments.out}")
 

@@ -1,12 +1,12 @@
-// Stage 10's forward with its phase stamps compiled in (common/timeline.cuh): runs one shape,
-// then writes every stamp of the first blocks as CSV, for draw_timeline.py to draw the
-// schedule as it happened on the SM. A warm-up call first, so that the timed call finds the
+// A Hopper stage's forward with its phase stamps compiled in (common/timeline.cuh): runs one
+// shape, then writes every stamp of the first blocks as CSV, for draw_timeline.py to draw the
+// schedule as it happened on the SM. A warm-up call first, so that the measured call finds the
 // clocks up and the code loaded. Not a benchmark: the stamps cost a clock read and a store each.
-//   make -C bench/experiments timeline
-//   build/experiments/timeline [B H Lq Lk D causal] > timeline.csv      (an H100: sm_90a)
+//   make -C bench/experiments timeline       (builds it for 09_warp_specialized and 10_pingpong)
+//   build/experiments/timeline_10_pingpong [B H Lq Lk D causal] > timeline.csv   (an H100)
 // Default shape: the BF16 headline, 1 8 4096 8192 128 0.
 #define ATTENTION_TIMELINE
-#include "attention.cu"  // 10_pingpong's, on the include path
+#include "attention.cu"  // the stage's, on the include path (ATTENTION_STAGE_NAME names it)
 
 #include <cstdio>
 #include <cstdlib>
@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
     static const char* names[TIMELINE_EVENTS] = {"start", "loaded", "tile_ready", "turn",
                                                  "issued", "s_done", "softmax_done", "pv_done",
                                                  "end"};
-    std::printf("# stage 10 forward, %s, phase stamps of the first %d blocks\n",
+    std::printf("# %s forward, %s, phase stamps of the first %d blocks\n", ATTENTION_STAGE_NAME,
                 shape.to_string().c_str(), TIMELINE_BLOCKS);
     std::printf("block,warpgroup,stamp,cycle,nanoseconds,event,tile\n");
     for (int block = 0; block < TIMELINE_BLOCKS; ++block)
