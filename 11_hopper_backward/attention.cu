@@ -479,8 +479,7 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
 // a contribution from every block whose keys it sees, so it is added up in device memory.
 
 // One configuration. Two consumer warpgroups own 64 keys each (wgmma's M); a query tile is
-// BLOCK_Q rows, the N of S^T and dP^T. Shared memory: K and V of the block, STAGES of Q, dO,
-// LSE and delta, two dS^T tiles and one FP32 dQ staging tile per consumer.
+// BLOCK_Q rows, the N of S^T and dP^T. Its shared memory is laid out by BackwardSharedLayout.
 template <int HEAD_DIM_>
 struct BackwardTiling {
     static constexpr int HEAD_DIM = HEAD_DIM_;
@@ -506,27 +505,50 @@ struct BackwardTiling {
     static_assert(Q_SLABS * SLABS == CONSUMERS, "one 64 x 64 piece of dQ per consumer");
     static constexpr uint32_t DS_BYTES = BLOCK_KV * BLOCK_Q * sizeof(bf16);  // both halves of dS^T
     static constexpr uint32_t DQ_BYTES = 64 * 64 * sizeof(float);            // one consumer's piece
-    // Offsets from the 1024-byte aligned base.
-    static constexpr size_t K_OFFSET = 0;
-    static constexpr size_t V_OFFSET = K_OFFSET + KV_BYTES;
-    static constexpr size_t Q_OFFSET = V_OFFSET + KV_BYTES;
-    static constexpr size_t DO_OFFSET = Q_OFFSET + STAGES * Q_BYTES;
-    static constexpr size_t DS_OFFSET = DO_OFFSET + STAGES * Q_BYTES;
-    static constexpr size_t DQ_OFFSET = DS_OFFSET + 2 * DS_BYTES;
+    static constexpr uint32_t ONES_BYTES = 8 * 64 * sizeof(bf16);            // the tile of ones
+};
+
+// The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
+// the 1024-byte aligned base, each the previous one plus the previous region's size.
+template <class Config>
+struct BackwardSharedLayout {
+    // K and V of the block, [SLABS][BLOCK_KV][64] each, loaded once.
+    static constexpr size_t K_TILE = 0;
+    static constexpr size_t V_TILE = K_TILE + Config::KV_BYTES;
+    // The producer's ring: Q and dO of STAGES query tiles, [STAGES][SLABS][BLOCK_Q][64] each.
+    static constexpr size_t Q_TILES = V_TILE + Config::KV_BYTES;
+    static constexpr size_t DO_TILES = Q_TILES + Config::STAGES * Config::Q_BYTES;
+    // dS^T of two query tiles for dQ = dS K, [2][Q_SLABS][BLOCK_KV keys][64 queries].
+    static constexpr size_t DS_TILES = DO_TILES + Config::STAGES * Config::Q_BYTES;
+    // Each consumer's 64 x 64 FP32 piece of dQ, the source of its bulk reduce-add.
+    static constexpr size_t DQ_STAGING = DS_TILES + 2 * Config::DS_BYTES;
     // rowsum(dS) for the centred dQ is the GEMM dS 1 over each consumer's 64 keys: B is a tile
     // of ones, [8 columns][64 keys] as a K-major B (every value is 1: the swizzle cannot matter).
-    static constexpr size_t ONES_OFFSET = DQ_OFFSET + CONSUMERS * DQ_BYTES;
-    static constexpr uint32_t ONES_BYTES = 8 * 64 * sizeof(bf16);
-    static constexpr size_t ROWSUM_OFFSET = ONES_OFFSET + ONES_BYTES;  // one consumer's 64 sums each
-    static constexpr size_t LSE_OFFSET = ROWSUM_OFFSET + CONSUMERS * ROW_BYTES;
-    static constexpr size_t DELTA_OFFSET = LSE_OFFSET + STAGES * ROW_BYTES;
-    // For the exact delta: two buffers of per-warp column sums, and each consumer's copy of
-    // the sums.
-    static constexpr size_t PARTIALS_OFFSET = DELTA_OFFSET + STAGES * ROW_BYTES;
-    static constexpr size_t EXACT_DELTA_OFFSET = PARTIALS_OFFSET + 2 * 4 * CONSUMERS * ROW_BYTES;
-    static constexpr size_t SHARED_BYTES = EXACT_DELTA_OFFSET + CONSUMERS * ROW_BYTES + 1024;
+    static constexpr size_t ONES = DQ_STAGING + Config::CONSUMERS * Config::DQ_BYTES;
+    // Each consumer's BLOCK_Q row sums of dS, the source of their bulk reduce-add.
+    static constexpr size_t ROWSUM_STAGING = ONES + Config::ONES_BYTES;
+    // LSE log2 e and delta of the ring's query tiles, [STAGES][BLOCK_Q] each.
+    static constexpr size_t LSE_ROWS = ROWSUM_STAGING + Config::CONSUMERS * Config::ROW_BYTES;
+    static constexpr size_t DELTA_ROWS = LSE_ROWS + Config::STAGES * Config::ROW_BYTES;
+    // For the exact delta: two buffers of per-warp column sums, [2][consumer warps][BLOCK_Q],
+    // and each consumer's copy of the sums, [CONSUMERS][BLOCK_Q].
+    static constexpr size_t DELTA_PARTIALS = DELTA_ROWS + Config::STAGES * Config::ROW_BYTES;
+    static constexpr size_t EXACT_DELTA = DELTA_PARTIALS + 2 * 4 * Config::CONSUMERS * Config::ROW_BYTES;
+    // The dynamic shared memory to ask for: the regions and up to 1024 bytes of rounding the base.
+    static constexpr size_t BYTES = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES + 1024;
+
+    // wgmma's operands start on the swizzle atom (1024 bytes), the FP32 rows where TMA may
+    // write them and the copy engine read them (128 bytes).
+    static_assert(K_TILE % 1024 == 0 && V_TILE % 1024 == 0 && Q_TILES % 1024 == 0 && DO_TILES % 1024 == 0 &&
+                      DS_TILES % 1024 == 0 && ONES % 1024 == 0 && Config::Q_BYTES % 1024 == 0 &&
+                      Config::DS_BYTES % 1024 == 0,
+                  "swizzled tiles on 1024-byte boundaries");
+    static_assert(DQ_STAGING % 128 == 0 && ROWSUM_STAGING % 128 == 0 && LSE_ROWS % 128 == 0 &&
+                      DELTA_ROWS % 128 == 0 && DELTA_PARTIALS % 128 == 0 && EXACT_DELTA % 128 == 0 &&
+                      Config::DQ_BYTES % 128 == 0 && Config::ROW_BYTES % 128 == 0,
+                  "FP32 rows on 128-byte boundaries");
+    static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block");
 };
-static_assert(BackwardTiling<64>::SHARED_BYTES <= 227 * 1024 && BackwardTiling<128>::SHARED_BYTES <= 227 * 1024);
 
 // Per query row, into arrays padded to whole query tiles (BLOCK_Q rows) per head (so that every tile the
 // producer copies starts on a 16-byte boundary and never reaches into the next head):
@@ -623,6 +645,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     constexpr int D_STEPS = HEAD_DIM / 16;  // k-steps over the head dim (S^T, dP^T)
     constexpr int Q_STEPS = BLOCK_Q / 16;   // k-steps over the queries (dV, dK)
     constexpr int KEY_STEPS = BLOCK_KV / 16;  // k-steps of dQ (over the keys)
+    using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
 
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
@@ -634,12 +657,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // pointer below is into shared memory: LDS and STS, not generic loads and stores.
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
-    bf16* k_tile = reinterpret_cast<bf16*>(base + Config::K_OFFSET);    // [SLABS][BLOCK_KV][64]
-    bf16* v_tile = reinterpret_cast<bf16*>(base + Config::V_OFFSET);    // [SLABS][BLOCK_KV][64]
-    bf16* q_tiles_smem = reinterpret_cast<bf16*>(base + Config::Q_OFFSET);    // [STAGES][SLABS][BLOCK_Q][64]
-    bf16* do_tiles = reinterpret_cast<bf16*>(base + Config::DO_OFFSET);       // [STAGES][SLABS][BLOCK_Q][64]
-    float* lse_rows = reinterpret_cast<float*>(base + Config::LSE_OFFSET);    // [STAGES][BLOCK_Q]
-    float* delta_rows = reinterpret_cast<float*>(base + Config::DELTA_OFFSET);  // [STAGES][BLOCK_Q]
+    bf16* k_tile = reinterpret_cast<bf16*>(base + Shared::K_TILE);    // [SLABS][BLOCK_KV][64]
+    bf16* v_tile = reinterpret_cast<bf16*>(base + Shared::V_TILE);    // [SLABS][BLOCK_KV][64]
+    bf16* q_tiles_smem = reinterpret_cast<bf16*>(base + Shared::Q_TILES);    // [STAGES][SLABS][BLOCK_Q][64]
+    bf16* do_tiles = reinterpret_cast<bf16*>(base + Shared::DO_TILES);       // [STAGES][SLABS][BLOCK_Q][64]
+    float* lse_rows = reinterpret_cast<float*>(base + Shared::LSE_ROWS);    // [STAGES][BLOCK_Q]
+    float* delta_rows = reinterpret_cast<float*>(base + Shared::DELTA_ROWS);  // [STAGES][BLOCK_Q]
 
     const int head = int(blockIdx.x) / kv_tiles;
     const int kv_start = (int(blockIdx.x) % kv_tiles) * BLOCK_KV;
@@ -661,7 +684,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         }
         fence_barrier_init();
     }
-    bf16* ones = reinterpret_cast<bf16*>(base + Config::ONES_OFFSET);
+    bf16* ones = reinterpret_cast<bf16*>(base + Shared::ONES);
     for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
         reinterpret_cast<uint32_t*>(ones)[i] = 0x3F803F80u;  // two bf16 ones
     fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
@@ -700,9 +723,9 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
 
     // This consumer's 64 keys: rows 64 warpgroup .. + 63 of the K and V tiles.
     const int key_row = warpgroup * 64;
-    bf16* ds_tiles = reinterpret_cast<bf16*>(base + Config::DS_OFFSET);  // [2][Q_SLABS][BLOCK_KV keys][64]
-    float* dq_staging = reinterpret_cast<float*>(base + Config::DQ_OFFSET + warpgroup * Config::DQ_BYTES);
-    float* rowsum_staging = reinterpret_cast<float*>(base + Config::ROWSUM_OFFSET + warpgroup * Config::ROW_BYTES);
+    bf16* ds_tiles = reinterpret_cast<bf16*>(base + Shared::DS_TILES);  // [2][Q_SLABS][BLOCK_KV keys][64]
+    float* dq_staging = reinterpret_cast<float*>(base + Shared::DQ_STAGING + warpgroup * Config::DQ_BYTES);
+    float* rowsum_staging = reinterpret_cast<float*>(base + Shared::ROWSUM_STAGING + warpgroup * Config::ROW_BYTES);
 
     // Descriptors. S^T = K Q^T and dP^T = V dO^T: K, V (A) and Q, dO (B) all K-major, the head
     // dim contiguous. dV += P^T dO and dK += dS^T Q: dO and Q as MN-major B (their head dim is
@@ -752,7 +775,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // that the rounding of delta would dominate it. Two buffers of [consumer warps][BLOCK_Q]
     // partials.
     const bool exact_delta = kv_tiles == 1;
-    float* delta_partials = reinterpret_cast<float*>(base + Config::PARTIALS_OFFSET);
+    float* delta_partials = reinterpret_cast<float*>(base + Shared::DELTA_PARTIALS);
 
     // excerpt: dq-gemm
     // A consumer's 64 x 64 piece of dQ = dS K for the `read`-th query tile of the walk (A = dS^T
@@ -903,7 +926,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                 }
             named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
             const float* all = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
-            float* exact = reinterpret_cast<float*>(base + Config::EXACT_DELTA_OFFSET) + warpgroup * BLOCK_Q;
+            float* exact = reinterpret_cast<float*>(base + Shared::EXACT_DELTA) + warpgroup * BLOCK_Q;
             const int query = int(threadIdx.x) % 128;
             if (query < BLOCK_Q) {
                 float sum = 0.0f;
@@ -1075,6 +1098,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                      const bf16* dout, bf16* dq, bf16* dk, bf16* dv, const AttentionShape& shape,
                      cudaStream_t stream) {
     using Config = BackwardTiling<HEAD_DIM>;
+    using Shared = BackwardSharedLayout<Config>;
     const int batch_heads = shape.batch * shape.heads;
     const int kv_tiles = ceil_div(shape.len_kv, Config::BLOCK_KV);
     const int q_tiles = ceil_div(shape.len_q, Config::BLOCK_Q);
@@ -1114,8 +1138,8 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const CUtensorMap delta_map = make_row_map(delta, padded_rows, Config::BLOCK_Q);
     auto kernel = flash_backward_kernel<Config>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(Config::SHARED_BYTES)));
-    kernel<<<unsigned(batch_heads * kv_tiles), Config::THREADS, Config::SHARED_BYTES, stream>>>(
+                                    int(Shared::BYTES)));
+    kernel<<<unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream>>>(
         q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map, dq_accumulator, ds_rowsum,
         key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal);
     CUDA_CHECK_LAUNCH();
