@@ -90,9 +90,12 @@ def skip_unless(problem):
 
 
 def add_stage_cases():
+    """One case per stage and shape, and per backward stage and shape; without PyTorch or a
+    GPU the same cases, skipped with the reason."""
     for stage in STAGES:
-        problem = gpu_problem(stage) if torch is not None else WHY_NOT
+        problem = gpu_problem(stage)
         for shape in SHAPES:
+            tag = "x".join(str(int(f)) for f in shape)
             def forward(self, stage=stage, shape=shape):
                 caps = flashcourse.capabilities(stage)
                 if shape[4] not in caps.head_dims or (shape[5] and not caps.causal):
@@ -112,26 +115,24 @@ def add_stage_cases():
                 exact_lse = torch.logsumexp(scores, dim=-1)
                 self.assertLessEqual((lse.double() - exact_lse).abs().max().item(), 1e-3,
                                      "lse against the float64 log-sum-exp")
-            tag = "x".join(str(int(f)) for f in shape)
             setattr(StageCases, f"test_{stage}_forward_{tag}", skip_unless(problem)(forward))
-        if stage in BACKWARD_STAGES:
-            for shape in SHAPES:
-                def gradients(self, stage=stage, shape=shape):
-                    if shape[4] not in flashcourse.capabilities(stage).head_dims:
-                        self.skipTest(f"{stage} does not support head_dim {shape[4]}")
-                    q, k, v = inputs(stage, shape, requires_grad=True)
-                    dout = torch.randn_like(q)
-                    o = flashcourse.attention(q, k, v, causal=shape[5], stage=stage)
-                    mine = torch.autograd.grad(o, (q, k, v), dout)
-                    exact_o, exact_in = reference(q, k, v, shape[5])
-                    exact = torch.autograd.grad(exact_o, exact_in, dout.double())
-                    pytorch_o, pytorch_in = reference(q, k, v, shape[5], dtype=q.dtype)
-                    pytorch = torch.autograd.grad(pytorch_o, pytorch_in, dout)
-                    for name, a, b, c in zip(("dQ", "dK", "dV"), mine, exact, pytorch):
-                        within(self, name, a, b, c)
-                tag = "x".join(str(int(f)) for f in shape)
-                setattr(StageCases, f"test_{stage}_gradients_{tag}",
-                        skip_unless(problem)(gradients))
+            if stage not in BACKWARD_STAGES:
+                continue
+
+            def gradients(self, stage=stage, shape=shape):
+                if shape[4] not in flashcourse.capabilities(stage).head_dims:
+                    self.skipTest(f"{stage} does not support head_dim {shape[4]}")
+                q, k, v = inputs(stage, shape, requires_grad=True)
+                dout = torch.randn_like(q)
+                o = flashcourse.attention(q, k, v, causal=shape[5], stage=stage)
+                mine = torch.autograd.grad(o, (q, k, v), dout)
+                exact_o, exact_in = reference(q, k, v, shape[5])
+                exact = torch.autograd.grad(exact_o, exact_in, dout.double())
+                pytorch_o, pytorch_in = reference(q, k, v, shape[5], dtype=q.dtype)
+                pytorch = torch.autograd.grad(pytorch_o, pytorch_in, dout)
+                for name, a, b, c in zip(("dQ", "dK", "dV"), mine, exact, pytorch):
+                    within(self, name, a, b, c)
+            setattr(StageCases, f"test_{stage}_gradients_{tag}", skip_unless(problem)(gradients))
 
 
 class StageCases(unittest.TestCase):
@@ -222,17 +223,7 @@ class BadInput(unittest.TestCase):
 
 
 def main():
-    if torch is not None:
-        add_stage_cases()
-    else:  # the same case names, each skipped with the reason
-        for stage in STAGES:
-            for shape in SHAPES:
-                tag = "x".join(str(int(f)) for f in shape)
-                setattr(StageCases, f"test_{stage}_forward_{tag}",
-                        unittest.skip(WHY_NOT)(lambda self: None))
-                if stage in BACKWARD_STAGES:
-                    setattr(StageCases, f"test_{stage}_gradients_{tag}",
-                            unittest.skip(WHY_NOT)(lambda self: None))
+    add_stage_cases()
     program = unittest.main(exit=False, verbosity=1)
     result = program.result
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
