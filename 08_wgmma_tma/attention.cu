@@ -18,6 +18,7 @@
 #include "cuda_check.h"
 #include "hopper.cuh"
 #include "ptx.cuh"
+#include "timeline.cuh"
 #include "validate.h"
 
 namespace {
@@ -90,6 +91,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
     const int fragment_row = lane / 4;
     const int fragment_column = 2 * (lane % 4);
     const int warpgroup_row = warpgroup * 64;  // first row of this warpgroup inside the tile
+    TIMELINE_BEGIN;  // the phase stamps (common/timeline.cuh): nothing unless measured
 
     int kv_tiles = ceil_div(len_kv, BLOCK_KV);
     if (causal) kv_tiles = min(kv_tiles, ceil_div(q_start + BLOCK_Q, BLOCK_KV));
@@ -148,6 +150,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
     float l[2] = {0.0f, 0.0f};
     const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
 
+    TIMELINE_STAMP(TIMELINE_START, 0);
     mbarrier_wait(&q_full, 0);
     // excerpt: s-wgmma
     for (int kv_tile = 0; kv_tile < kv_tiles; ++kv_tile) {
@@ -155,6 +158,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
         const int kv_start = kv_tile * BLOCK_KV;
         // The stage is refilled every STAGES tiles: its barrier's phase parity flips each time.
         mbarrier_wait(&kv_full[stage], (kv_tile / STAGES) % 2);
+        TIMELINE_STAMP(TIMELINE_TILE_READY, kv_tile);
 
         // S = Q K^T: HEAD_DIM / 16 wgmma, both operands from shared memory, then wait for them.
         float s[BLOCK_KV / 2];
@@ -164,7 +168,9 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
         for (int step = 0; step < QK_STEPS; ++step)
             Wgmma<BLOCK_KV>::template ss<0, 0>(s, q_descriptor(step), k_descriptor(stage, step), step > 0);
         wgmma_commit();
+        TIMELINE_STAMP(TIMELINE_ISSUED, kv_tile);
         wgmma_wait<0>();
+        TIMELINE_STAMP(TIMELINE_S_DONE, kv_tile);
         fence_registers(s);
     // end excerpt
 
@@ -226,13 +232,16 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
 
         // excerpt: pv-wgmma
         // O += P V: P from registers, V through its MN-major descriptor.
+        TIMELINE_STAMP(TIMELINE_SOFTMAX_DONE, kv_tile);
         fence_registers(o_accumulator);
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < PV_STEPS; ++step)
             Wgmma<HEAD_DIM>::template rs<1>(o_accumulator, p[step], v_descriptor(stage, step), 1);
         wgmma_commit();
+        TIMELINE_STAMP(TIMELINE_ISSUED, kv_tile);
         wgmma_wait<0>();
+        TIMELINE_STAMP(TIMELINE_PV_DONE, kv_tile);
         fence_registers(o_accumulator);
 
         // Every warpgroup is done with this stage: refill it with tile j + STAGES.
@@ -258,6 +267,7 @@ flash_forward_wgmma_kernel(const __grid_constant__ CUtensorMap q_map,
                                       o_accumulator[4 * d + 2 * r + 1] * inverse_sum);
         if (lse != nullptr && lane % 4 == 0) lse[int64_t(head) * len_q + row] = m[r] * scale + logf(sum);
     }
+    TIMELINE_STAMP(TIMELINE_END, kv_tiles);
 }
 
 // Heads per group of the grid, as in stage 06: all of them when their K and V fit in L2

@@ -2,7 +2,7 @@
 // shape, then writes every stamp of the first blocks as CSV, for draw_timeline.py to draw the
 // schedule as it happened on the SM. A warm-up call first, so that the measured call finds the
 // clocks up and the code loaded. Not a benchmark: the stamps cost a clock read and a store each.
-//   make -C bench/experiments timeline       (builds it for 09_warp_specialized and 10_pingpong)
+//   make -C bench/experiments timeline       (builds it for 08, 09 and 10)
 //   build/experiments/timeline_10_pingpong [B H Lq Lk D causal] > timeline.csv   (an H100)
 // Default shape: the BF16 headline, 1 8 4096 8192 128 0.
 #define ATTENTION_TIMELINE
