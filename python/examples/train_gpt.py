@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
 """Train a small GPT-style model with the course's attention, and again with PyTorch's.
 
-The task needs attention to be solved: each sequence is CONTEXT/2 random tokens followed by the
-same tokens again, and the loss is taken on the second half, where a model that has learned to
-look back one copy earlier (an induction head) predicts every token. The model: LAYERS
-pre-norm transformer blocks, HEADS heads of head dimension HEAD_DIM, causal attention, BF16
-autocast. Three runs from the same code:
+The model reads the course's own text, byte by byte (every Markdown file of the repository,
+joined in path order: about 650 KB), and learns to predict the next byte: LAYERS pre-norm
+transformer blocks, HEADS heads of head dimension HEAD_DIM, causal attention over CONTEXT bytes,
+BF16 autocast. Four runs from the same code:
 
-  course   flashcourse.attention (stage 11_hopper_backward: forward and backward), seed 0
-  sdpa     torch.nn.functional.scaled_dot_product_attention, seed 0 (same weights, same data)
-  sdpa-2   the same with seed 1: the spread that a change of seed alone makes
+  course     flashcourse.attention (stage 11_hopper_backward: forward and backward), seed 0
+  sdpa       torch.nn.functional.scaled_dot_product_attention, seed 0 (same weights, same data)
+  sdpa-2     the same with seed 1: the spread that a change of seed alone makes
+  no-mixing  each position attends to itself alone (the attention output is V): what the
+             model learns without looking back, so the gap to the others is attention's work
 
-Writes OUT/log.csv (run, step, loss, seconds) and OUT/summary.txt (final losses: the mean of the
-last 20 steps; training throughput in tokens/s after the first 20 steps), and with --figure
-FILE the two loss curves (and sdpa-2's) in one figure.
+The run passes when the course's curve stays with SDPA's from the same seed (the final losses
+closer than the two seeds' are) and both end well below no-mixing's. Writes OUT/log.csv (run,
+step, loss, seconds) and OUT/summary.txt (final losses: the mean of the last LAST steps;
+training throughput in tokens/s after the first LAST steps), and with --figure FILE the four
+loss curves in one figure.
 
 usage: python3 python/examples/train_gpt.py --out build/train_gpt [--figure docs/img/training.png]
    (after make all, on a Hopper GPU with PyTorch)
@@ -32,14 +35,15 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import flashcourse  # noqa: E402
 
-VOCAB = 256
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+VOCAB = 256  # bytes
 CONTEXT = 1024
 LAYERS = 4
 HEADS = 8
 HEAD_DIM = 64
 WIDTH = HEADS * HEAD_DIM
 BATCH = 16
-STEPS = 300
+STEPS = 400
 LEARNING_RATE = 1e-3
 WARMUP_STEPS = 30
 LAST = 20  # the final loss is the mean of the last LAST steps; throughput skips the first LAST
@@ -88,31 +92,44 @@ def sdpa_attention(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
-def batch_of(generator):
-    """BATCH sequences: CONTEXT/2 random tokens, then the same again."""
-    half = torch.randint(0, VOCAB, (BATCH, CONTEXT // 2), device="cuda", generator=generator)
-    return torch.cat([half, half], dim=1)
+def no_mixing_attention(q, k, v):
+    return v  # each position attends to itself alone
 
 
-def train(name, attention, seed, writer):
+def read_corpus():
+    """Every Markdown file of the repository (outside build/ and hidden folders), joined in path
+    order, as a tensor of bytes on the GPU."""
+    paths = []
+    for folder, subfolders, files in os.walk(REPO):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d != "build"]
+        paths += [os.path.join(folder, f) for f in files if f.endswith(".md")]
+    data = b"".join(open(path, "rb").read() for path in sorted(paths))
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to("cuda", torch.long)
+
+
+def batch_of(corpus, generator):
+    """BATCH windows of CONTEXT + 1 bytes from random places in the corpus."""
+    starts = torch.randint(0, corpus.numel() - CONTEXT - 1, (BATCH, 1), device=corpus.device,
+                           generator=generator)
+    return corpus[starts + torch.arange(CONTEXT + 1, device=corpus.device)]
+
+
+def train(name, attention, seed, corpus, writer):
     torch.manual_seed(seed)
     model = GPT(attention).cuda()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(
         1.0, (step + 1) / WARMUP_STEPS) * 0.5 * (1 + math.cos(math.pi * step / STEPS)))
-    generator = torch.Generator(device="cuda").manual_seed(seed)
+    generator = torch.Generator(device=corpus.device).manual_seed(seed)
     losses, started, timed_from = [], time.perf_counter(), None
     for step in range(STEPS):
         if step == LAST:
             torch.cuda.synchronize()
             timed_from = time.perf_counter()
-        tokens = batch_of(generator)
+        tokens = batch_of(corpus, generator)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(tokens[:, :-1])
-        # The loss on the second half only: the tokens a model can know.
-        half = CONTEXT // 2
-        loss = F.cross_entropy(logits[:, half - 1:].float().reshape(-1, VOCAB),
-                               tokens[:, half:].reshape(-1))
+        loss = F.cross_entropy(logits.float().reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -120,7 +137,7 @@ def train(name, attention, seed, writer):
         losses.append(loss.item())
         writer.writerow([name, step, f"{losses[-1]:.5f}", f"{time.perf_counter() - started:.3f}"])
     torch.cuda.synchronize()
-    tokens_per_second = (STEPS - LAST) * BATCH * (CONTEXT - 1) / (time.perf_counter() - timed_from)
+    tokens_per_second = (STEPS - LAST) * BATCH * CONTEXT / (time.perf_counter() - timed_from)
     return sum(losses[-LAST:]) / LAST, tokens_per_second, losses
 
 
@@ -129,19 +146,20 @@ def figure(curves, path, summary):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(7, 4.6), dpi=130)
-    styles = {"course": ("#c0392b", "-"), "sdpa": ("#1f4e79", "--"), "sdpa-2": ("#7f9fbf", ":")}
+    styles = {"course": ("#c0392b", "-"), "sdpa": ("#1f4e79", "--"), "sdpa-2": ("#7f9fbf", ":"),
+              "no-mixing": ("#888888", "-.")}
+    labels = {"course": f"course ({STAGE}), seed 0", "sdpa": "PyTorch SDPA, seed 0",
+              "sdpa-2": "PyTorch SDPA, seed 1", "no-mixing": "no attention (V alone), seed 0"}
     for name, losses in curves.items():
         color, line = styles[name]
-        label = {"course": f"course ({STAGE}), seed 0", "sdpa": "PyTorch SDPA, seed 0",
-                 "sdpa-2": "PyTorch SDPA, seed 1"}[name]
-        ax.plot(range(len(losses)), losses, line, color=color, lw=1.3, label=label)
-    ax.set_yscale("log")
+        ax.plot(range(len(losses)), losses, line, color=color, lw=1.3, label=labels[name])
+    ax.set_ylim(top=min(4.0, max(max(c) for c in curves.values())))
     ax.set_xlabel("step")
-    ax.set_ylabel("loss on the repeated half (nats)")
-    ax.set_title(f"A {LAYERS}-layer GPT learning to copy ({CONTEXT} tokens, d = {HEAD_DIM})",
-                 fontsize=10)
+    ax.set_ylabel("next-byte loss (nats)")
+    ax.set_title(f"A {LAYERS}-layer GPT reading the course's own text ({CONTEXT} bytes of "
+                 f"context, d = {HEAD_DIM})", fontsize=10)
     ax.legend(frameon=False, fontsize=8)
-    fig.tight_layout(rect=(0, 0.14, 1, 1))
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
     fig.text(0.02, 0.02, summary, ha="left", va="bottom", fontsize=7, color="#444")
     fig.savefig(path)
     print(f"train_gpt: wrote {path}")
@@ -160,28 +178,39 @@ def main():
     with open(os.path.join(arguments.out, "log.csv"), "w", newline="") as log:
         writer = csv.writer(log, lineterminator="\n")
         writer.writerow(["run", "step", "loss", "seconds"])
+        corpus = read_corpus()
         for name, attention, seed in (("course", course_attention, 0), ("sdpa", sdpa_attention, 0),
-                                      ("sdpa-2", sdpa_attention, 1)):
-            final, throughput, losses = train(name, attention, seed, writer)
+                                      ("sdpa-2", sdpa_attention, 1),
+                                      ("no-mixing", no_mixing_attention, 0)):
+            final, throughput, losses = train(name, attention, seed, corpus, writer)
             results[name], curves[name] = (final, throughput), losses
             print(f"train_gpt: {name}: final loss {final:.4f}, {throughput:,.0f} tokens/s",
                   flush=True)
-    spread = abs(results["sdpa"][0] - results["sdpa-2"][0])
-    gap = abs(results["course"][0] - results["sdpa"][0])
+    def apart(a, b):  # the mean |difference| of two runs' losses over the last LAST steps
+        return sum(abs(x - y) for x, y in zip(curves[a][-LAST:], curves[b][-LAST:])) / LAST
+    spread, gap = apart("sdpa", "sdpa-2"), apart("course", "sdpa")
+    attention_gain = results["no-mixing"][0] - max(results["course"][0], results["sdpa"][0])
+    passed = gap <= spread and attention_gain > max(spread, 0.1)
     lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}; {LAYERS} layers, "
-             f"{HEADS} heads of {HEAD_DIM}, context {CONTEXT}, batch {BATCH}, {STEPS} steps",
+             f"{HEADS} heads of {HEAD_DIM}, context {CONTEXT}, batch {BATCH}, {STEPS} steps; "
+             f"{corpus.numel():,} bytes of Markdown",
              *(f"{name}: final loss {final:.4f} (mean of the last {LAST} steps), "
                f"{throughput:,.0f} tokens/s" for name, (final, throughput) in results.items()),
-             f"course against sdpa (same seed): {gap:.4f}; sdpa against sdpa-2 (another seed): "
-             f"{spread:.4f}; {'within' if gap <= spread else 'OUTSIDE'} the spread of a seed",
+             f"step by step over the last {LAST} steps, course against sdpa (same seed) "
+             f"{gap:.4f} apart, sdpa against sdpa-2 (another seed) {spread:.4f}: "
+             f"{'within' if gap <= spread else 'OUTSIDE'} the spread of a seed",
+             f"what attention buys: no-mixing ends {attention_gain:.3f} above the worse of course "
+             f"and sdpa ({'more' if attention_gain > max(spread, 0.1) else 'NOT more'} than "
+             f"that spread and 0.1)",
              f"throughput, course over sdpa: {results['course'][1] / results['sdpa'][1]:.2f}x"]
     text = "\n".join(lines)
     print(text)
     with open(os.path.join(arguments.out, "summary.txt"), "w") as out:
         out.write(text + "\n")
     if arguments.figure:
-        figure(curves, arguments.figure, "\n".join(lines[1:4]))
-    return 0 if gap <= spread else 1
+        figure(curves, arguments.figure, "\n".join(lines[1:5]))
+    print("train_gpt: " + ("passed" if passed else "FAILED"))
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":
