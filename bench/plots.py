@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from schema import BASELINES, CSV_COLUMNS as COLUMNS, SOL_CEILING, STAGES, read_sweeps  # noqa: E402
 
 FLOP_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lkv·d (halved when causal), "
-             "backward 2.5× forward; times are medians of repeats.")
+             "backward 2.5× forward; times are medians over timed calls.")
 
 SWEEPS = REPO / "bench" / "sweeps.txt"
 # The shapes the FP32 and the BF16 chapters are judged on: B, H, Lq, Lkv, d. Read from
@@ -386,7 +386,7 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def _footer(fig: Figure, results: Results, flop_note: bool = True) -> None:
-    parts = [FLOP_NOTE] if flop_note else ["Times are medians of repeats."]
+    parts = [FLOP_NOTE] if flop_note else ["Times are medians over timed calls."]
     if results.commits:
         parts.append("commit " + ", ".join(c[:10] for c in results.commits[:3]))
     fig.text(0.01, 0.01, "  ".join(parts), fontsize=7, color="#555555", ha="left", va="bottom")

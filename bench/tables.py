@@ -50,6 +50,13 @@ when a chapter names an excerpt that no file holds, when an excerpt is longer th
 MAX_EXCERPT_LINES, and when a stage file marks an excerpt that no chapter shows (once the
 stage has its README.md).
 
+A committed text file (a program's summary, say) is shown verbatim, in a fenced block, between
+
+    <!-- file:PATH -->
+    <!-- /file:PATH -->
+
+with PATH relative to the repository's root, so that its numbers are never typed by hand.
+
 A `<!-- symbols:check -->` region (docs/background.md's table of symbols) names code
 identifiers as `name` (NN, NN-NN); each must occur in those stages' attention.cu outside its
 comments, and every stage of the top-level Makefile's STAGES (read by bench/schema.py) must be
@@ -81,6 +88,7 @@ HEADLINES = ["fp32-headline", "bf16-headline"]
 VALUE = re.compile(r"<!-- value:(?P<spec>[^>]*?)\s*-->(?P<body>.*?)<!-- /value -->", re.S)
 CODE = re.compile(r"<!-- code:(?P<name>[^\s>#]+#[^\s>]+)\s*-->\n(?P<body>.*?)"
                   r"<!-- /code:(?P=name) -->", re.S)
+FILE = re.compile(r"<!-- file:(?P<name>[^\s>]+)\s*-->\n(?P<body>.*?)<!-- /file:(?P=name) -->", re.S)
 EXCERPT_BEGIN = re.compile(r"^\s*// excerpt: (?P<name>\S+)\s*$")
 EXCERPT_END = re.compile(r"^\s*// end excerpt\s*$")
 MAX_EXCERPT_LINES = 40
@@ -601,7 +609,7 @@ def markdown_files():
         with open(path) as markdown:
             text = markdown.read()
             if any(marker in text for marker in ("<!-- results:", "<!-- value:", "<!-- code:",
-                                                 "<!-- symbols:check")):
+                                                 "<!-- file:", "<!-- symbols:check")):
                 found.append(path)
     return sorted(found)
 
@@ -666,10 +674,23 @@ def main():
             end = match.end("body") - match.start()
             return match.group(0)[:begin] + body + match.group(0)[end:]
 
+        def regenerate_file(match):
+            shown = os.path.join(ROOT, match["name"])
+            if not os.path.isfile(shown):
+                raise SystemExit(f"{os.path.relpath(path, ROOT)}: file:{match['name']}: no such file")
+            with open(shown) as source:
+                body = "```text\n" + source.read().rstrip("\n") + "\n```\n"
+            if body != match["body"]:
+                stale.append(f"{os.path.relpath(path, ROOT)}: file:{match['name']}")
+            begin = match.start("body") - match.start()
+            end = match.end("body") - match.start()
+            return match.group(0)[:begin] + body + match.group(0)[end:]
+
         all_symbol_errors.extend(symbol_problems(path, text))
         updated = MARKER.sub(regenerate, text)
         updated = VALUE.sub(regenerate_value, updated)
         updated = CODE.sub(regenerate_code, updated)
+        updated = FILE.sub(regenerate_file, updated)
         if not arguments.check and updated != text:
             with open(path, "w") as markdown:
                 markdown.write(updated)

@@ -3,6 +3,7 @@
 of baselines, the figures' styles, the tables' order and rendering, the benchmark
 schedule's A/A check and its FP32 shapes, and the comparison of two runs. Run: python3 -m unittest bench/test_scripts.py (with matplotlib)."""
 import csv
+import math
 import os
 import sys
 import tempfile
@@ -133,6 +134,35 @@ class LeftOut(unittest.TestCase):
         self.assertIn("not timed", driver.fp32_left_out("fp32", long128))
         self.assertEqual(driver.fp32_left_out("bf16", long128), "")
         self.assertEqual(driver.fp32_left_out("fp32", long64), "")
+
+
+class TimedWindow(unittest.TestCase):
+    """When an implementation has been timed enough (Resident.done)."""
+
+    def resident(self, call_ms, calls):
+        resident = driver.Resident(None, {}, None, "fwd")
+        resident.gpu_ms, resident.times = call_ms, [call_ms] * calls
+        return resident
+
+    def test_short_calls_need_min_calls_beyond_the_window(self):
+        calls = math.ceil(driver.TIMED_SECONDS * 1e3 / 5.0)  # 0.15 s of 5 ms calls
+        self.assertLess(calls, driver.MIN_CALLS)
+        self.assertFalse(self.resident(5.0, calls).done())
+        self.assertTrue(self.resident(5.0, driver.MIN_CALLS).done())
+
+    def test_min_calls_stop_at_the_longest_window(self):
+        calls = math.ceil(driver.MAX_TIMED_SECONDS * 1e3 / 22.0)
+        self.assertLess(calls, driver.MIN_CALLS)
+        self.assertFalse(self.resident(22.0, calls - 1).done())
+        self.assertTrue(self.resident(22.0, calls).done())
+
+    def test_long_calls_stop_sooner(self):
+        long_ms = driver.LONG_CALL_MS
+        self.assertFalse(self.resident(long_ms, driver.LONG_MIN_CALLS - 1).done())
+        self.assertTrue(self.resident(long_ms, driver.LONG_MIN_CALLS).done())
+        window = math.ceil(driver.LONG_MAX_TIMED_SECONDS * 1e3 / 300.0)
+        self.assertFalse(self.resident(300.0, window - 1).done())
+        self.assertTrue(self.resident(300.0, window).done())
 
 
 if __name__ == "__main__":
