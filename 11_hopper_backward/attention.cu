@@ -629,103 +629,136 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
     }
 }
 
-// One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
+// The backward kernel, by role. flash_backward_kernel (at the end) sets up the block
+// (BackwardBlock) and hands its warpgroups to their roles: the producer (backward_producer) and
+// the two consumers (backward_consumer, which walks the query tiles with the steps of
+// ConsumerWarpgroup). Every function is forceinline: ptxas serializes a wgmma pipeline that
+// crosses a call.
+
+// One block of the backward: BLOCK_KV keys of one (batch, head), blockIdx.x = head * kv_tiles +
+// key tile. What its producer and its consumers both read: where the tiles lie in shared
+// memory, the ring's mbarriers, the block's keys and query tiles, and who this thread is.
+struct BackwardBlock {
+    unsigned char* base;  // the dynamic shared memory from its first 1024-byte boundary
+    bf16* k_tile;         // [SLABS][BLOCK_KV][64]
+    bf16* v_tile;         // [SLABS][BLOCK_KV][64]
+    bf16* q_tiles_smem;   // [STAGES][SLABS][BLOCK_Q][64]
+    bf16* do_tiles;       // [STAGES][SLABS][BLOCK_Q][64]
+    float* lse_rows;      // [STAGES][BLOCK_Q]
+    float* delta_rows;    // [STAGES][BLOCK_Q]
+    bf16* ones;           // [8][64], B of the row sums of dS (see issue_dq)
+    uint64_t* kv_full;    // K and V have landed
+    uint64_t* q_full;     // [STAGES] the stage's Q, dO, LSE and delta have landed
+    uint64_t* q_empty;    // [STAGES] every consumer warp is done with the stage
+    int head;
+    int kv_start;         // the block's first key
+    int q_tiles;
+    int first_q_tile;     // causal: the first query tile that sees any of the block's keys
+    int warpgroup;        // -1: the producer; 0, 1: consumers
+    int warp;             // inside the warpgroup
+    int lane;
+    // wgmma accumulators: this thread holds rows fragment_row and fragment_row + 8 of its warp's
+    // 16, columns 8i + fragment_column and one more.
+    int fragment_row;
+    int fragment_column;
+};
+
 template <class Config>
-__global__ void __launch_bounds__(Config::THREADS, 1)
-flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
-                      const __grid_constant__ CUtensorMap lse_map, const __grid_constant__ CUtensorMap delta_map,
-                      const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
-                      float* __restrict__ dq_accumulator, float* __restrict__ ds_rowsum,
-                      float* __restrict__ key_sum, int len_q, int len_kv, int kv_tiles,
-                      int q_tiles, float scale, bool causal) {
-    constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV;
-    constexpr int STAGES = Config::STAGES, SLABS = Config::SLABS;
-    constexpr int CONSUMER_WARPS = 4 * Config::CONSUMERS;
-    constexpr int D_STEPS = HEAD_DIM / 16;  // k-steps over the head dim (S^T, dP^T)
-    constexpr int Q_STEPS = BLOCK_Q / 16;   // k-steps over the queries (dV, dK)
-    constexpr int KEY_STEPS = BLOCK_KV / 16;  // k-steps of dQ (over the keys)
+__device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
+                                                             uint64_t* q_full, uint64_t* q_empty,
+                                                             int kv_tiles, int q_tiles, bool causal) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
-
-    __shared__ uint64_t kv_full;          // K and V have landed
-    __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
-    __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
-    extern __shared__ unsigned char dynamic_shared[];
-    // excerpt: shared-base
-    // The tiles start on a 1024-byte boundary (the swizzle atom). Rounding up by pointer
-    // arithmetic on the shared array, not through an integer, lets the compiler see that every
-    // pointer below is into shared memory: LDS and STS, not generic loads and stores.
-    unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
-    // end excerpt
-    bf16* k_tile = reinterpret_cast<bf16*>(base + Shared::K_TILE);    // [SLABS][BLOCK_KV][64]
-    bf16* v_tile = reinterpret_cast<bf16*>(base + Shared::V_TILE);    // [SLABS][BLOCK_KV][64]
-    bf16* q_tiles_smem = reinterpret_cast<bf16*>(base + Shared::Q_TILES);    // [STAGES][SLABS][BLOCK_Q][64]
-    bf16* do_tiles = reinterpret_cast<bf16*>(base + Shared::DO_TILES);       // [STAGES][SLABS][BLOCK_Q][64]
-    float* lse_rows = reinterpret_cast<float*>(base + Shared::LSE_ROWS);    // [STAGES][BLOCK_Q]
-    float* delta_rows = reinterpret_cast<float*>(base + Shared::DELTA_ROWS);  // [STAGES][BLOCK_Q]
-
-    const int head = int(blockIdx.x) / kv_tiles;
-    const int kv_start = (int(blockIdx.x) % kv_tiles) * BLOCK_KV;
-    // -1: the producer; 0, 1: consumers. Read from lane 0 so that the compiler knows it is the
-    // same across the warp and keeps what is derived from it (descriptors) in uniform registers.
-    const int warpgroup = __shfl_sync(FULL_MASK, int(threadIdx.x) / 128, 0) - 1;
-    const int warp = int(threadIdx.x) % 128 / 32;
-    const int lane = int(threadIdx.x) % 32;
-    const int fragment_row = lane / 4;
-    const int fragment_column = 2 * (lane % 4);
+    BackwardBlock block;
+    block.base = base;
+    block.k_tile = reinterpret_cast<bf16*>(base + Shared::K_TILE);
+    block.v_tile = reinterpret_cast<bf16*>(base + Shared::V_TILE);
+    block.q_tiles_smem = reinterpret_cast<bf16*>(base + Shared::Q_TILES);
+    block.do_tiles = reinterpret_cast<bf16*>(base + Shared::DO_TILES);
+    block.lse_rows = reinterpret_cast<float*>(base + Shared::LSE_ROWS);
+    block.delta_rows = reinterpret_cast<float*>(base + Shared::DELTA_ROWS);
+    block.ones = reinterpret_cast<bf16*>(base + Shared::ONES);
+    block.kv_full = kv_full;
+    block.q_full = q_full;
+    block.q_empty = q_empty;
+    block.head = int(blockIdx.x) / kv_tiles;
+    block.kv_start = (int(blockIdx.x) % kv_tiles) * Config::BLOCK_KV;
+    block.q_tiles = q_tiles;
+    // Read from lane 0 so that the compiler knows it is the same across the warp and keeps what
+    // is derived from it (descriptors) in uniform registers.
+    block.warpgroup = __shfl_sync(FULL_MASK, int(threadIdx.x) / 128, 0) - 1;
+    block.warp = int(threadIdx.x) % 128 / 32;
+    block.lane = int(threadIdx.x) % 32;
+    block.fragment_row = block.lane / 4;
+    block.fragment_column = 2 * (block.lane % 4);
     // Causal: query tiles whose last row comes before the block's first key see none of them.
-    const int first_q_tile = causal ? min(kv_start / BLOCK_Q, q_tiles) : 0;
+    block.first_q_tile = causal ? min(block.kv_start / Config::BLOCK_Q, q_tiles) : 0;
+    return block;
+}
 
-    if (threadIdx.x == 0) {
-        mbarrier_init(&kv_full, 1);
-        for (int stage = 0; stage < STAGES; ++stage) {
-            mbarrier_init(&q_full[stage], 1);
-            mbarrier_init(&q_empty[stage], CONSUMER_WARPS);
-        }
-        fence_barrier_init();
+// The producer, one thread: K and V once, then Q, dO, LSE and delta of every query tile the
+// keys can see, through the ring of STAGES stages.
+template <class Config>
+__device__ __forceinline__ void backward_producer(const BackwardBlock& block, const CUtensorMap& q_map,
+                                                  const CUtensorMap& k_map, const CUtensorMap& v_map,
+                                                  const CUtensorMap& do_map, const CUtensorMap& lse_map,
+                                                  const CUtensorMap& delta_map) {
+    constexpr int BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV;
+    constexpr int STAGES = Config::STAGES, SLABS = Config::SLABS;
+    const int head = block.head, q_tiles = block.q_tiles;
+    uint64_t* q_full = block.q_full;
+    uint64_t* q_empty = block.q_empty;
+    mbarrier_arrive_expect_tx(block.kv_full, 2 * Config::KV_BYTES);
+    for (int slab = 0; slab < SLABS; ++slab) {
+        tma_load_3d(block.k_tile + slab * BLOCK_KV * 64, &k_map, slab * 64, block.kv_start, head, block.kv_full);
+        tma_load_3d(block.v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, block.kv_start, head, block.kv_full);
     }
-    bf16* ones = reinterpret_cast<bf16*>(base + Shared::ONES);
-    for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
-        reinterpret_cast<uint32_t*>(ones)[i] = 0x3F803F80u;  // two bf16 ones
-    fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
-    __syncthreads();
-
-    if (warpgroup < 0) {
-        // The producer: K and V once, then Q, dO, LSE and delta of every query tile the keys
-        // can see.
-        setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
-        if (threadIdx.x == 0) {
-            mbarrier_arrive_expect_tx(&kv_full, 2 * Config::KV_BYTES);
-            for (int slab = 0; slab < SLABS; ++slab) {
-                tma_load_3d(k_tile + slab * BLOCK_KV * 64, &k_map, slab * 64, kv_start, head, &kv_full);
-                tma_load_3d(v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, kv_start, head, &kv_full);
-            }
-            // excerpt: producer
-            for (int q_tile = first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
-                const int stage = load % STAGES;
-                mbarrier_wait(&q_empty[stage], (load / STAGES + 1) % 2);
-                mbarrier_arrive_expect_tx(&q_full[stage], 2 * Config::Q_BYTES + 2 * Config::ROW_BYTES);
-                for (int slab = 0; slab < SLABS; ++slab) {
-                    const int offset = (stage * SLABS + slab) * BLOCK_Q * 64;
-                    tma_load_3d(q_tiles_smem + offset, &q_map, slab * 64, q_tile * BLOCK_Q, head, &q_full[stage]);
-                    tma_load_3d(do_tiles + offset, &do_map, slab * 64, q_tile * BLOCK_Q, head, &q_full[stage]);
-                }
-                // LSE log2 e and delta, padded to whole tiles per head by the preprocessing kernel.
-                const int row = (head * q_tiles + q_tile) * BLOCK_Q;
-                tma_load_2d(lse_rows + stage * BLOCK_Q, &lse_map, row, 0, &q_full[stage]);
-                tma_load_2d(delta_rows + stage * BLOCK_Q, &delta_map, row, 0, &q_full[stage]);
-            }
-            // end excerpt
+    // excerpt: producer
+    for (int q_tile = block.first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
+        const int stage = load % STAGES;
+        mbarrier_wait(&q_empty[stage], (load / STAGES + 1) % 2);
+        mbarrier_arrive_expect_tx(&q_full[stage], 2 * Config::Q_BYTES + 2 * Config::ROW_BYTES);
+        for (int slab = 0; slab < SLABS; ++slab) {
+            const int offset = (stage * SLABS + slab) * BLOCK_Q * 64;
+            tma_load_3d(block.q_tiles_smem + offset, &q_map, slab * 64, q_tile * BLOCK_Q, head, &q_full[stage]);
+            tma_load_3d(block.do_tiles + offset, &do_map, slab * 64, q_tile * BLOCK_Q, head, &q_full[stage]);
         }
-        return;
+        // LSE log2 e and delta, padded to whole tiles per head by the preprocessing kernel.
+        const int row = (head * q_tiles + q_tile) * BLOCK_Q;
+        tma_load_2d(block.lse_rows + stage * BLOCK_Q, &lse_map, row, 0, &q_full[stage]);
+        tma_load_2d(block.delta_rows + stage * BLOCK_Q, &delta_map, row, 0, &q_full[stage]);
     }
-    setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+    // end excerpt
+}
 
-    // This consumer's 64 keys: rows 64 warpgroup .. + 63 of the K and V tiles.
-    const int key_row = warpgroup * 64;
-    bf16* ds_tiles = reinterpret_cast<bf16*>(base + Shared::DS_TILES);  // [2][Q_SLABS][BLOCK_KV keys][64]
-    float* dq_staging = reinterpret_cast<float*>(base + Shared::DQ_STAGING + warpgroup * Config::DQ_BYTES);
-    float* rowsum_staging = reinterpret_cast<float*>(base + Shared::ROWSUM_STAGING + warpgroup * Config::ROW_BYTES);
+// One consumer warpgroup: its 64 keys, its descriptors and staging tiles, and the steps of its
+// walk over the query tiles, which backward_consumer (below) takes in order. Its fields are set
+// by make_consumer_warpgroup.
+template <class Config>
+struct ConsumerWarpgroup : BackwardBlock {
+    static constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV;
+    static constexpr int SLABS = Config::SLABS;
+    static constexpr int D_STEPS = HEAD_DIM / 16;    // k-steps over the head dim (S^T, dP^T)
+    static constexpr int Q_STEPS = BLOCK_Q / 16;     // k-steps over the queries (dV, dK)
+    static constexpr int KEY_STEPS = BLOCK_KV / 16;  // k-steps of dQ (over the keys)
+    using Shared = BackwardSharedLayout<Config>;     // offsets into the dynamic shared memory
+    using DsSums = float[Config::Q_SLABS][4];        // rowsum(dS) = dS 1, one accumulator per slab of queries
+
+    float* dq_accumulator;
+    float* ds_rowsum;
+    int len_q, len_kv;
+    float scale;
+    float scale_log2;  // scale log2 e
+    bool causal;
+    // Exact delta. When one block holds every key, it can sum P * dP over them itself instead
+    // of using the rounded O; at tiny lengths a nearly one-hot row makes the true dS so small
+    // that the rounding of delta would dominate it.
+    bool exact_delta;
+    float* delta_partials;  // two buffers of [consumer warps][BLOCK_Q] partials
+
+    int key_row;            // this consumer's 64 keys: rows key_row .. key_row + 63 of the K and V tiles
+    bf16* ds_tiles;         // [2][Q_SLABS][BLOCK_KV keys][64]
+    float* dq_staging;      // this consumer's 64 x 64 piece of dQ
+    float* rowsum_staging;  // this consumer's BLOCK_Q row sums of dS
 
     // Descriptors. S^T = K Q^T and dP^T = V dO^T: K, V (A) and Q, dO (B) all K-major, the head
     // dim contiguous. dV += P^T dO and dK += dS^T Q: dO and Q as MN-major B (their head dim is
@@ -733,28 +766,41 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // contiguous), K an MN-major B.
     // Each descriptor is built once, and k-step `step` is it advanced by kmajor_step (16 columns:
     // slab step / 4, 32 bytes along the row per step inside it) or MN_STEP (16 rows further).
-    constexpr uint32_t ROW = 64 * sizeof(bf16);  // one swizzled row: 128 bytes
-    constexpr uint32_t MN_STEP = 16 * ROW;
-    auto kmajor = [](const bf16* tile) { return make_smem_descriptor(tile, 16, 8 * ROW); };
-    auto mnmajor = [](const bf16* tile, int rows) { return make_smem_descriptor(tile, rows * ROW, 8 * ROW); };
-    auto kmajor_step = [](int rows, int step) {
+    static constexpr uint32_t ROW = 64 * sizeof(bf16);  // one swizzled row: 128 bytes
+    static constexpr uint32_t MN_STEP = 16 * ROW;
+    static __device__ __forceinline__ uint64_t kmajor(const bf16* tile) { return make_smem_descriptor(tile, 16, 8 * ROW); }
+    static __device__ __forceinline__ uint64_t mnmajor(const bf16* tile, int rows) {
+        return make_smem_descriptor(tile, rows * ROW, 8 * ROW);
+    }
+    static __device__ __forceinline__ uint32_t kmajor_step(int rows, int step) {
         return uint32_t(((step / 4) * rows * 64 + (step % 4) * 16) * sizeof(bf16));
-    };
-    const uint64_t k_kmajor = kmajor(k_tile + key_row * 64), v_kmajor = kmajor(v_tile + key_row * 64);
+    }
+    uint64_t k_kmajor, v_kmajor;
     // Q and dO of stage 0 (a stage is Q_BYTES further), dS^T's buffer 0 (DS_BYTES further).
-    const uint64_t q_kmajor = kmajor(q_tiles_smem), do_kmajor = kmajor(do_tiles);
-    const uint64_t q_mnmajor = mnmajor(q_tiles_smem, BLOCK_Q), do_mnmajor = mnmajor(do_tiles, BLOCK_Q);
-    const uint64_t ds_mnmajor = mnmajor(ds_tiles, BLOCK_KV);
-    const uint64_t ones_kmajor = kmajor(ones);
+    uint64_t q_kmajor, do_kmajor, q_mnmajor, do_mnmajor, ds_mnmajor;
+    uint64_t ones_kmajor;
     // dQ's piece: a slab of dS^T's queries (D = 64) times all of K, or all of dS^T times a slab
     // of K's columns (D = 128), over all BLOCK_KV keys.
-    const uint64_t k_piece = mnmajor(k_tile + (warpgroup % SLABS) * BLOCK_KV * 64, BLOCK_KV);
-    const uint32_t ds_piece_bytes = (warpgroup % Config::Q_SLABS) * BLOCK_KV * ROW;
+    uint64_t k_piece;
+    uint32_t ds_piece_bytes;
 
-    float dk[HEAD_DIM / 2] = {};
-    float dv[HEAD_DIM / 2] = {};
-    const float scale_log2 = scale * LOG2E;
-    mbarrier_wait(&kv_full, 0);
+    // excerpt: turns
+    // Ping-pong, as in stage 10's forward but twice per query tile: the consumers take turns at
+    // issuing their wgmma (S^T and dP^T of consumer 0, then of consumer 1, then the gradients of
+    // consumer 0, then of consumer 1), so that one consumer computes P^T and dS^T, or hands over
+    // dQ, while the other's GEMMs run. Consumer w waits on named barrier TURN + w, which the
+    // other arrives at once it has issued; consumer 0 goes first. dQ needs both halves of dS^T:
+    // consumer 1 issues its piece of a tile with its gradients of that tile, after consumer 0 has
+    // written its half; consumer 0 issues its piece a tile later, when consumer 1's half is
+    // written (`lagging`).
+    static_assert(Config::CONSUMERS == 2, "the turns alternate between two consumers");
+    static constexpr int TURN = 2 + Config::CONSUMERS;  // ids 1 .. CONSUMERS + 1 are taken
+    __device__ __forceinline__ void wait_turn() const { named_barrier_sync(TURN + warpgroup, 256); }
+    __device__ __forceinline__ void pass_turn() const {
+        named_barrier_arrive(TURN + (warpgroup + 1) % Config::CONSUMERS, 256);
+    }
+    bool lagging;  // consumer 0: its piece of dQ comes a tile late
+    // end excerpt
 
     // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
     // error enters every dS_ij as -P_ij times delta_i's error, which dQ = dS K multiplies by the
@@ -762,27 +808,183 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // dQ_i = scale (sum_j dS_ij K_j - (sum_j dS_ij) c) for any c: with c = mean_j K_j the
     // common part cancels. The blocks add their keys' column sums of K and their dS row sums
     // into the workspace; the convert kernel subtracts.
-    for (int column = int(threadIdx.x) % 128; column < HEAD_DIM; column += 128) {
-        float sum = 0.0f;
-        for (int row = key_row; row < key_row + 64; ++row)  // this consumer's keys; past len_kv, zeros
-            sum += __bfloat162float(k_tile[(column / 64) * BLOCK_KV * 64 + row * 64 +
-                                           (((column % 64) / 8) ^ (row % 8)) * 8 + column % 8]);
-        atomicAdd(key_sum + head * HEAD_DIM + column, sum);
+    __device__ __forceinline__ void add_key_column_sums(float* key_sum) const {
+        for (int column = int(threadIdx.x) % 128; column < HEAD_DIM; column += 128) {
+            float sum = 0.0f;
+            for (int row = key_row; row < key_row + 64; ++row)  // this consumer's keys; past len_kv, zeros
+                sum += __bfloat162float(k_tile[(column / 64) * BLOCK_KV * 64 + row * 64 +
+                                               (((column % 64) / 8) ^ (row % 8)) * 8 + column % 8]);
+            atomicAdd(key_sum + head * HEAD_DIM + column, sum);
+        }
+        named_barrier_sync(1 + warpgroup, 128);  // read before the epilogue overwrites these rows
     }
-    named_barrier_sync(1 + warpgroup, 128);  // read before the epilogue overwrites these rows
-    // Exact delta. When one block holds every key, it can sum P * dP over them itself instead
-    // of using the rounded O; at tiny lengths a nearly one-hot row makes the true dS so small
-    // that the rounding of delta would dominate it. Two buffers of [consumer warps][BLOCK_Q]
-    // partials.
-    const bool exact_delta = kv_tiles == 1;
-    float* delta_partials = reinterpret_cast<float*>(base + Shared::DELTA_PARTIALS);
+
+    // excerpt: s-dp
+    // S^T = K Q^T and dP^T = V dO^T: 64 keys x BLOCK_Q queries each, two commit groups.
+    __device__ __forceinline__ void issue_s_dp(float (&s)[BLOCK_Q / 2], float (&dp)[BLOCK_Q / 2], int stage) const {
+        const uint32_t stage_bytes = stage * Config::Q_BYTES;  // Q and dO of the stage
+        fence_registers(s);
+        fence_registers(dp);
+        wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < D_STEPS; ++step)
+            Wgmma<BLOCK_Q>::template ss<0, 0>(s, advance_descriptor(k_kmajor, kmajor_step(BLOCK_KV, step)),
+                                              advance_descriptor(q_kmajor, stage_bytes + kmajor_step(BLOCK_Q, step)),
+                                              step > 0);
+        wgmma_commit();
+#pragma unroll
+        for (int step = 0; step < D_STEPS; ++step)
+            Wgmma<BLOCK_Q>::template ss<0, 0>(dp, advance_descriptor(v_kmajor, kmajor_step(BLOCK_KV, step)),
+                                              advance_descriptor(do_kmajor, stage_bytes + kmajor_step(BLOCK_Q, step)),
+                                              step > 0);
+        wgmma_commit();
+    }
+    // end excerpt
+
+    // Whether the query tile from q_start hides any of this consumer's scores: a key or a query
+    // out of range or, causal, a key after the tile's first query.
+    __device__ __forceinline__ bool masks_some(int q_start) const {
+        const int last_key = kv_start + key_row + 63;
+        return last_key >= len_kv || q_start + BLOCK_Q > len_q || (causal && last_key > q_start);
+    }
+
+    // P^T = exp(S - LSE) = 2^(S^T scale log2 e - LSE log2 e), in place in s, and with MASKED 0
+    // where the score is masked: a score is kept iff key < len_kv, query < len_q and (causal)
+    // key <= query. This thread's keys are rows key0 and key0 + 8, its queries columns.
+    template <bool MASKED>
+    __device__ __forceinline__ void exponentiate(float (&s)[BLOCK_Q / 2], int q_start, int stage) const {
+        const int key0 = kv_start + key_row + warp * 16 + fragment_row;
+        const float* lse_stage = lse_rows + stage * BLOCK_Q;
+#pragma unroll
+        for (int n = 0; n < BLOCK_Q / 8; ++n) {
+            const float2 lse_log2 = *reinterpret_cast<const float2*>(lse_stage + n * 8 + fragment_column);
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    float& value = s[4 * n + 2 * r + i];
+                    value = fast_exp2(fmaf(value, scale_log2, -(i == 0 ? lse_log2.x : lse_log2.y)));
+                    if constexpr (MASKED) {
+                        const int key = key0 + 8 * r, query = q_start + n * 8 + fragment_column + i;
+                        if (key >= len_kv || query >= len_q || (causal && key > query)) value = 0.0f;
+                    }
+                }
+        }
+    }
+
+    // The exact delta of the tile's queries, sum over the keys of P * dP: this thread's two, the
+    // warp's 16 (lanes with the same lane % 4 hold the same columns), then the consumer warps'
+    // partials added by one thread per query. Returns this consumer's copy of the sums.
+    __device__ __forceinline__ const float* sum_exact_delta(const float (&s)[BLOCK_Q / 2],
+                                                            const float (&dp)[BLOCK_Q / 2], int read) const {
+        float* partials = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q +
+                          (warpgroup * 4 + warp) * BLOCK_Q;
+#pragma unroll
+        for (int n = 0; n < BLOCK_Q / 8; ++n)
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                float sum = s[4 * n + i] * dp[4 * n + i] + s[4 * n + 2 + i] * dp[4 * n + 2 + i];
+#pragma unroll
+                for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+                if (lane < 4) partials[n * 8 + fragment_column + i] = sum;
+            }
+        named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
+        const float* all = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
+        float* exact = reinterpret_cast<float*>(base + Shared::EXACT_DELTA) + warpgroup * BLOCK_Q;
+        const int query = int(threadIdx.x) % 128;
+        if (query < BLOCK_Q) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < 4 * Config::CONSUMERS; ++w) sum += all[w * BLOCK_Q + query];
+            exact[query] = sum;
+        }
+        named_barrier_sync(1 + warpgroup, 128);
+        return exact;
+    }
+
+    // dS^T = P^T (dP^T - delta), in place in dp; P^T and dS^T packed as bf16 A fragments (the
+    // accumulators of 8-column tiles 2k and 2k+1 are the A fragment of k-step k).
+    __device__ __forceinline__ void compute_ds(const float (&s)[BLOCK_Q / 2], float (&dp)[BLOCK_Q / 2],
+                                               const float* delta_row, uint32_t (&p_fragment)[Q_STEPS][4],
+                                               uint32_t (&ds_fragment)[Q_STEPS][4]) const {
+#pragma unroll
+        for (int n = 0; n < BLOCK_Q / 8; ++n) {
+            const float2 delta = *reinterpret_cast<const float2*>(delta_row + n * 8 + fragment_column);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) dp[4 * n + i] = s[4 * n + i] * (dp[4 * n + i] - (i % 2 == 0 ? delta.x : delta.y));
+            p_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(s[4 * n + 0], s[4 * n + 1]);
+            p_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
+            ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
+            ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
+        }
+    }
+
+    // This consumer's half of dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64 queries]
+    // in the 128-byte swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR with key % 8.
+    // Two buffers, tiles j and j - 1: the turns order every write after the reads of the tile two
+    // before.
+    __device__ __forceinline__ void store_ds(const uint32_t (&ds_fragment)[Q_STEPS][4], int read) const {
+        bf16* ds_tile = ds_tiles + (read % 2) * BLOCK_KV * BLOCK_Q;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int tile_row = key_row + warp * 16 + fragment_row + 8 * r;
+#pragma unroll
+            for (int n = 0; n < BLOCK_Q / 8; ++n)
+                *reinterpret_cast<uint32_t*>(ds_tile + (n / 8) * BLOCK_KV * 64 + tile_row * 64 +
+                                             (((n % 8) ^ (tile_row % 8)) * 8) + fragment_column) =
+                    ds_fragment[n / 2][(n % 2) * 2 + r];
+        }
+        fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
+    }
+
+    // excerpt: gradients
+    // dK += dS^T Q and dV += P^T dO (A from registers), and a piece of dQ: this tile's
+    // (consumer 1) or the previous tile's (consumer 0), whose halves of dS^T are both written.
+    // On its first tile consumer 0 has no piece yet: it multiplies whatever buffer 1 holds, and
+    // the caller drops the result (a wgmma under a branch would make ptxas serialize them all).
+    __device__ __forceinline__ void issue_gradients(float (&dk)[HEAD_DIM / 2], float (&dv)[HEAD_DIM / 2],
+                                                    float (&dq)[32], DsSums& ds_sum,
+                                                    const uint32_t (&p_fragment)[Q_STEPS][4],
+                                                    const uint32_t (&ds_fragment)[Q_STEPS][4],
+                                                    int stage, int read) const {
+        const uint32_t stage_bytes = stage * Config::Q_BYTES;  // Q and dO of the stage
+        fence_registers(dk);
+        fence_registers(dv);
+        fence_registers(dq);
+#pragma unroll
+        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
+        wgmma_fence();
+#pragma unroll
+        for (int step = 0; step < Q_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step],
+                                            advance_descriptor(q_mnmajor, stage_bytes + step * MN_STEP), 1);
+#pragma unroll
+        for (int step = 0; step < Q_STEPS; ++step)
+            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step],
+                                            advance_descriptor(do_mnmajor, stage_bytes + step * MN_STEP), 1);
+        issue_dq(dq, ds_sum, lagging ? read - 1 : read);
+        wgmma_commit();
+    }
+    // end excerpt
+
+    // Once the tile's GEMMs are done, the stage goes back to the producer: Q and dO have been read.
+    __device__ __forceinline__ void release_stage(float (&dk)[HEAD_DIM / 2], float (&dv)[HEAD_DIM / 2],
+                                                  float (&dq)[32], DsSums& ds_sum, int stage) const {
+        wgmma_wait<0>();
+        fence_registers(dk);
+        fence_registers(dv);
+        fence_registers(dq);
+#pragma unroll
+        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(&q_empty[stage]);
+    }
 
     // excerpt: dq-gemm
     // A consumer's 64 x 64 piece of dQ = dS K for the `read`-th query tile of the walk (A = dS^T
     // from shared memory), and rowsum(dS) = dS 1 over the consumer's own keys. The caller fences
     // and commits.
-    using DsSums = float[Config::Q_SLABS][4];
-    auto issue_dq = [&](float (&dq)[32], DsSums& ds_sum, int read) {
+    __device__ __forceinline__ void issue_dq(float (&dq)[32], DsSums& ds_sum, int read) const {
         const uint32_t ds_bytes = (read & 1) * Config::DS_BYTES;  // read = -1: buffer 1
 #pragma unroll
         for (int step = 0; step < KEY_STEPS; ++step)
@@ -795,13 +997,14 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                 Wgmma<8>::template ss<1, 0>(
                     ds_sum[m], advance_descriptor(ds_mnmajor, ds_bytes + (m * BLOCK_KV + key_row) * ROW + step * MN_STEP),
                     advance_descriptor(ones_kmajor, kmajor_step(8, step)), step > 0);
-    };
+    }
     // end excerpt
+
     // excerpt: dq-reduce
     // The piece of dQ into the staging tile, once the previous reduce-add has read it; then the
     // copy engine adds it to the accumulator in device memory, where the query tile's pieces
     // follow each other in consumer order.
-    auto hand_over_dq = [&](const float (&dq)[32], const DsSums& ds_sum, int q_tile) {
+    __device__ __forceinline__ void hand_over_dq(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
         const bool leader = threadIdx.x % 128 == 0;
         if (leader) bulk_wait_read<0>();
         named_barrier_sync(1 + warpgroup, 128);
@@ -825,195 +1028,13 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             bulk_reduce_add_f32(ds_rowsum + tile * BLOCK_Q, smem_address(rowsum_staging), Config::ROW_BYTES);
             bulk_commit();
         }
-    };
-    // end excerpt
-
-    // excerpt: turns
-    // Ping-pong, as in stage 10's forward but twice per query tile: the consumers take turns at
-    // issuing their wgmma (S^T and dP^T of consumer 0, then of consumer 1, then the gradients of
-    // consumer 0, then of consumer 1), so that one consumer computes P^T and dS^T, or hands over
-    // dQ, while the other's GEMMs run. Consumer w waits on named barrier TURN + w, which the
-    // other arrives at once it has issued. dQ needs both halves of dS^T: consumer 1 issues its
-    // piece of a tile with its gradients of that tile, after consumer 0 has written its half;
-    // consumer 0 issues its piece a tile later, when consumer 1's half is written (`lagging`).
-    static_assert(Config::CONSUMERS == 2, "the turns alternate between two consumers");
-    constexpr int TURN = 2 + Config::CONSUMERS;  // ids 1 .. CONSUMERS + 1 are taken
-    auto wait_turn = [&] { named_barrier_sync(TURN + warpgroup, 256); };
-    auto pass_turn = [&] { named_barrier_arrive(TURN + (warpgroup + 1) % Config::CONSUMERS, 256); };
-    const bool lagging = warpgroup == 0;
-    if (!lagging && first_q_tile < q_tiles) pass_turn();  // consumer 0 goes first
-    // end excerpt
-
-    for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
-        const int stage = read % STAGES;
-        const int q_start = q_tile * BLOCK_Q;
-        const uint32_t stage_bytes = stage * Config::Q_BYTES;
-        mbarrier_wait(&q_full[stage], (read / STAGES) % 2);
-        wait_turn();
-
-        // excerpt: s-dp
-        // S^T = K Q^T and dP^T = V dO^T: 64 keys x BLOCK_Q queries each, two commit groups.
-        float s[BLOCK_Q / 2], dp[BLOCK_Q / 2];
-        fence_registers(s);
-        fence_registers(dp);
-        wgmma_fence();
-#pragma unroll
-        for (int step = 0; step < D_STEPS; ++step)
-            Wgmma<BLOCK_Q>::template ss<0, 0>(s, advance_descriptor(k_kmajor, kmajor_step(BLOCK_KV, step)),
-                                              advance_descriptor(q_kmajor, stage_bytes + kmajor_step(BLOCK_Q, step)),
-                                              step > 0);
-        wgmma_commit();
-#pragma unroll
-        for (int step = 0; step < D_STEPS; ++step)
-            Wgmma<BLOCK_Q>::template ss<0, 0>(dp, advance_descriptor(v_kmajor, kmajor_step(BLOCK_KV, step)),
-                                              advance_descriptor(do_kmajor, stage_bytes + kmajor_step(BLOCK_Q, step)),
-                                              step > 0);
-        wgmma_commit();
-        pass_turn();
-        // end excerpt
-
-        // This thread's keys (rows) and queries (columns), and what it needs of LSE and delta.
-        // A score is kept iff key < len_kv, query < len_q and (causal) key <= query.
-        const int key0 = kv_start + key_row + warp * 16 + fragment_row;  // and key0 + 8
-        const float* lse_stage = lse_rows + stage * BLOCK_Q;
-        const float* delta_stage = delta_rows + stage * BLOCK_Q;
-
-        wgmma_wait<1>();  // S^T is done
-        fence_registers(s);
-        // P^T = exp(S - LSE) = 2^(S^T scale log2 e - LSE log2 e), 0 where masked. A tile that
-        // hides none of this consumer's scores (its keys and queries in range, and, causal, its
-        // last key at or before the tile's first query) takes the loop without the tests.
-        auto exponentiate = [&](auto masked) {
-#pragma unroll
-            for (int n = 0; n < BLOCK_Q / 8; ++n) {
-                const float2 lse_log2 = *reinterpret_cast<const float2*>(lse_stage + n * 8 + fragment_column);
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) {
-                        float& value = s[4 * n + 2 * r + i];
-                        value = fast_exp2(fmaf(value, scale_log2, -(i == 0 ? lse_log2.x : lse_log2.y)));
-                        if constexpr (decltype(masked)::value) {
-                            const int key = key0 + 8 * r, query = q_start + n * 8 + fragment_column + i;
-                            if (key >= len_kv || query >= len_q || (causal && key > query)) value = 0.0f;
-                        }
-                    }
-            }
-        };
-        const int last_key = kv_start + key_row + 63;
-        if (last_key >= len_kv || q_start + BLOCK_Q > len_q || (causal && last_key > q_start))
-            exponentiate(std::true_type{});
-        else
-            exponentiate(std::false_type{});
-        wgmma_wait<0>();  // dP^T is done
-        fence_registers(dp);
-        // delta of the tile's queries: the preprocessed rows, or (one block holds every key) the
-        // exact sums of P * dP over the keys: this thread's two, the warp's 16 (lanes with the
-        // same lane % 4 hold the same columns), then the consumer warps' partials added by one
-        // thread per query.
-        const float* delta_row = delta_stage;
-        if (exact_delta) {
-            float* partials = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q +
-                              (warpgroup * 4 + warp) * BLOCK_Q;
-#pragma unroll
-            for (int n = 0; n < BLOCK_Q / 8; ++n)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    float sum = s[4 * n + i] * dp[4 * n + i] + s[4 * n + 2 + i] * dp[4 * n + 2 + i];
-#pragma unroll
-                    for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
-                    if (lane < 4) partials[n * 8 + fragment_column + i] = sum;
-                }
-            named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
-            const float* all = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
-            float* exact = reinterpret_cast<float*>(base + Shared::EXACT_DELTA) + warpgroup * BLOCK_Q;
-            const int query = int(threadIdx.x) % 128;
-            if (query < BLOCK_Q) {
-                float sum = 0.0f;
-#pragma unroll
-                for (int w = 0; w < 4 * Config::CONSUMERS; ++w) sum += all[w * BLOCK_Q + query];
-                exact[query] = sum;
-            }
-            named_barrier_sync(1 + warpgroup, 128);
-            delta_row = exact;
-        }
-        // dS^T = P^T (dP^T - delta), in place in dp; P^T and dS^T packed as bf16 A fragments (the
-        // accumulators of 8-column tiles 2k and 2k+1 are the A fragment of k-step k).
-        uint32_t p_fragment[Q_STEPS][4], ds_fragment[Q_STEPS][4];
-#pragma unroll
-        for (int n = 0; n < BLOCK_Q / 8; ++n) {
-            const float2 delta = *reinterpret_cast<const float2*>(delta_row + n * 8 + fragment_column);
-#pragma unroll
-            for (int i = 0; i < 4; ++i) dp[4 * n + i] = s[4 * n + i] * (dp[4 * n + i] - (i % 2 == 0 ? delta.x : delta.y));
-            p_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(s[4 * n + 0], s[4 * n + 1]);
-            p_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(s[4 * n + 2], s[4 * n + 3]);
-            ds_fragment[n / 2][(n % 2) * 2 + 0] = pack_bf16x2(dp[4 * n + 0], dp[4 * n + 1]);
-            ds_fragment[n / 2][(n % 2) * 2 + 1] = pack_bf16x2(dp[4 * n + 2], dp[4 * n + 3]);
-        }
-        // This consumer's half of dS^T to shared memory for dQ, [Q_SLABS][BLOCK_KV keys][64
-        // queries] in the 128-byte swizzle: row `key`, chunk n % 8 of 8 queries, moved by the XOR
-        // with key % 8. Two buffers, tiles j and j - 1: the turns order every write after the
-        // reads of the tile two before.
-        bf16* ds_tile = ds_tiles + (read % 2) * BLOCK_KV * BLOCK_Q;
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            const int tile_row = key_row + warp * 16 + fragment_row + 8 * r;
-#pragma unroll
-            for (int n = 0; n < BLOCK_Q / 8; ++n)
-                *reinterpret_cast<uint32_t*>(ds_tile + (n / 8) * BLOCK_KV * 64 + tile_row * 64 +
-                                             (((n % 8) ^ (tile_row % 8)) * 8) + fragment_column) =
-                    ds_fragment[n / 2][(n % 2) * 2 + r];
-        }
-        fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
-        // excerpt: gradients
-        // dK += dS^T Q and dV += P^T dO (A from registers), and a piece of dQ: this tile's
-        // (consumer 1) or the previous tile's (consumer 0), whose halves of dS^T are both written.
-        wait_turn();
-        float dq[32], ds_sum[Config::Q_SLABS][4];
-        fence_registers(dk);
-        fence_registers(dv);
-        fence_registers(dq);
-#pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
-        wgmma_fence();
-#pragma unroll
-        for (int step = 0; step < Q_STEPS; ++step)
-            Wgmma<HEAD_DIM>::template rs<1>(dk, ds_fragment[step],
-                                            advance_descriptor(q_mnmajor, stage_bytes + step * MN_STEP), 1);
-#pragma unroll
-        for (int step = 0; step < Q_STEPS; ++step)
-            Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step],
-                                            advance_descriptor(do_mnmajor, stage_bytes + step * MN_STEP), 1);
-        // On its first tile consumer 0 has no piece yet: it multiplies whatever buffer 1 holds and
-        // drops the result (a wgmma under a branch would make ptxas serialize them all).
-        const bool has_dq = !lagging || read > 0;
-        issue_dq(dq, ds_sum, lagging ? read - 1 : read);
-        wgmma_commit();
-        pass_turn();
-        // end excerpt
-        wgmma_wait<0>();
-        fence_registers(dk);
-        fence_registers(dv);
-        fence_registers(dq);
-#pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
-        // Q and dO have been read.
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(&q_empty[stage]);
-        if (has_dq) {
-            hand_over_dq(dq, ds_sum, lagging ? q_tile - 1 : q_tile);
-        } else {
-            // No piece yet, but the same two barriers: racecheck takes an exchange between warps
-            // that have passed different numbers of barriers for a race even where a barrier
-            // orders it, and the exact delta's exchange comes next (docs/sanitizers.md).
-            named_barrier_sync(1 + warpgroup, 128);
-            named_barrier_sync(1 + warpgroup, 128);
-        }
     }
-    // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
-    if (lagging && first_q_tile < q_tiles) {
+    // end excerpt
+
+    // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
+    // into the caller's dq and ds_sum.
+    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum) const {
         wait_turn();
-        float dq[32], ds_sum[Config::Q_SLABS][4];
         fence_registers(dq);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
@@ -1026,34 +1047,193 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         hand_over_dq(dq, ds_sum, q_tiles - 1);
     }
+
+    // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
+    // tiles (the last tile's GEMMs have read them), and out by TMA, which writes only keys < len_kv.
+    __device__ __forceinline__ void store_dk_dv(const float (&dk)[HEAD_DIM / 2], const float (&dv)[HEAD_DIM / 2],
+                                                const CUtensorMap& dk_map, const CUtensorMap& dv_map) const {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int tile_row = key_row + warp * 16 + fragment_row + 8 * r;
+#pragma unroll
+            for (int d = 0; d < HEAD_DIM / 8; ++d) {
+                const int offset = (d / 8) * BLOCK_KV * 64 + tile_row * 64 + ((d % 8) ^ (tile_row % 8)) * 8 + fragment_column;
+                *reinterpret_cast<__nv_bfloat162*>(k_tile + offset) =
+                    __floats2bfloat162_rn(dk[4 * d + 2 * r] * scale, dk[4 * d + 2 * r + 1] * scale);
+                *reinterpret_cast<__nv_bfloat162*>(v_tile + offset) =
+                    __floats2bfloat162_rn(dv[4 * d + 2 * r], dv[4 * d + 2 * r + 1]);
+            }
+        }
+        fence_proxy_async_shared();
+        named_barrier_sync(1 + warpgroup, 128);
+        if (threadIdx.x % 128 == 0) {
+            for (int slab = 0; slab < SLABS; ++slab) {
+                const int offset = slab * BLOCK_KV * 64 + key_row * 64;
+                tma_store_3d(&dk_map, k_tile + offset, slab * 64, kv_start + key_row, head);
+                tma_store_3d(&dv_map, v_tile + offset, slab * 64, kv_start + key_row, head);
+            }
+            bulk_commit();
+            bulk_wait<0>();  // the stores and the last reduce-add are complete
+        }
+    }
+};
+
+template <class Config>
+__device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
+    const BackwardBlock& block, float* dq_accumulator, float* ds_rowsum, int len_q, int len_kv, int kv_tiles,
+    float scale, bool causal) {
+    using Consumer = ConsumerWarpgroup<Config>;
+    using Shared = BackwardSharedLayout<Config>;
+    constexpr int BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV, SLABS = Config::SLABS;
+    constexpr uint32_t ROW = Consumer::ROW;
+    Consumer consumer;
+    static_cast<BackwardBlock&>(consumer) = block;
+    consumer.dq_accumulator = dq_accumulator;
+    consumer.ds_rowsum = ds_rowsum;
+    consumer.len_q = len_q;
+    consumer.len_kv = len_kv;
+    consumer.scale = scale;
+    consumer.causal = causal;
+    const int warpgroup = block.warpgroup;
+    consumer.key_row = warpgroup * 64;
+    consumer.ds_tiles = reinterpret_cast<bf16*>(block.base + Shared::DS_TILES);
+    consumer.dq_staging = reinterpret_cast<float*>(block.base + Shared::DQ_STAGING + warpgroup * Config::DQ_BYTES);
+    consumer.rowsum_staging = reinterpret_cast<float*>(block.base + Shared::ROWSUM_STAGING + warpgroup * Config::ROW_BYTES);
+    consumer.k_kmajor = Consumer::kmajor(block.k_tile + consumer.key_row * 64);
+    consumer.v_kmajor = Consumer::kmajor(block.v_tile + consumer.key_row * 64);
+    consumer.q_kmajor = Consumer::kmajor(block.q_tiles_smem);
+    consumer.do_kmajor = Consumer::kmajor(block.do_tiles);
+    consumer.q_mnmajor = Consumer::mnmajor(block.q_tiles_smem, BLOCK_Q);
+    consumer.do_mnmajor = Consumer::mnmajor(block.do_tiles, BLOCK_Q);
+    consumer.ds_mnmajor = Consumer::mnmajor(consumer.ds_tiles, BLOCK_KV);
+    consumer.ones_kmajor = Consumer::kmajor(block.ones);
+    consumer.k_piece = Consumer::mnmajor(block.k_tile + (warpgroup % SLABS) * BLOCK_KV * 64, BLOCK_KV);
+    consumer.ds_piece_bytes = (warpgroup % Config::Q_SLABS) * BLOCK_KV * ROW;
+    consumer.scale_log2 = scale * LOG2E;
+    consumer.exact_delta = kv_tiles == 1;
+    consumer.delta_partials = reinterpret_cast<float*>(block.base + Shared::DELTA_PARTIALS);
+    consumer.lagging = warpgroup == 0;
+    return consumer;
+}
+
+// A consumer warpgroup from start to end: dK and dV of its 64 keys stay in registers while it
+// walks the query tiles, then leave by TMA. The register arrays are declared here, not in the
+// steps that fill them: declared inside a step, they changed the compiled code (lab notes 11).
+template <class Config>
+__device__ __forceinline__ void backward_consumer(const BackwardBlock& block, const CUtensorMap& dk_map,
+                                                  const CUtensorMap& dv_map, float* dq_accumulator,
+                                                  float* ds_rowsum, float* key_sum, int len_q, int len_kv,
+                                                  int kv_tiles, float scale, bool causal) {
+    constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, STAGES = Config::STAGES;
+    constexpr int Q_STEPS = BLOCK_Q / 16;
+    const ConsumerWarpgroup<Config> consumer =
+        make_consumer_warpgroup<Config>(block, dq_accumulator, ds_rowsum, len_q, len_kv, kv_tiles, scale, causal);
+    float dk[HEAD_DIM / 2] = {};
+    float dv[HEAD_DIM / 2] = {};
+    mbarrier_wait(block.kv_full, 0);
+    consumer.add_key_column_sums(key_sum);
+
+    const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
+    if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
+    for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
+        const int stage = read % STAGES;
+        const int q_start = q_tile * BLOCK_Q;
+        mbarrier_wait(&block.q_full[stage], (read / STAGES) % 2);
+        // First turn: S^T and dP^T.
+        consumer.wait_turn();
+        float s[BLOCK_Q / 2], dp[BLOCK_Q / 2];
+        consumer.issue_s_dp(s, dp, stage);
+        consumer.pass_turn();
+
+        // Between the turns: P^T, delta and dS^T in registers, and dS^T to shared memory for dQ.
+        wgmma_wait<1>();  // S^T is done
+        fence_registers(s);
+        // A tile that hides none of this consumer's scores takes the loop without the tests.
+        if (consumer.masks_some(q_start))
+            consumer.template exponentiate<true>(s, q_start, stage);
+        else
+            consumer.template exponentiate<false>(s, q_start, stage);
+        wgmma_wait<0>();  // dP^T is done
+        fence_registers(dp);
+        // delta of the tile's queries: the preprocessed rows, or (one block holds every key) the
+        // exact sums of P * dP over the keys.
+        const float* delta_row = block.delta_rows + stage * BLOCK_Q;
+        if (consumer.exact_delta) delta_row = consumer.sum_exact_delta(s, dp, read);
+        uint32_t p_fragment[Q_STEPS][4], ds_fragment[Q_STEPS][4];
+        consumer.compute_ds(s, dp, delta_row, p_fragment, ds_fragment);
+        consumer.store_ds(ds_fragment, read);
+
+        // Second turn: dK, dV and a piece of dQ.
+        consumer.wait_turn();
+        float dq[32], ds_sum[Config::Q_SLABS][4];
+        const bool has_dq = !consumer.lagging || read > 0;
+        consumer.issue_gradients(dk, dv, dq, ds_sum, p_fragment, ds_fragment, stage, read);
+        consumer.pass_turn();
+        consumer.release_stage(dk, dv, dq, ds_sum, stage);
+        if (has_dq) {
+            consumer.hand_over_dq(dq, ds_sum, consumer.lagging ? q_tile - 1 : q_tile);
+        } else {
+            // No piece yet, but the same two barriers: racecheck takes an exchange between warps
+            // that have passed different numbers of barriers for a race even where a barrier
+            // orders it, and the exact delta's exchange comes next (docs/sanitizers.md).
+            named_barrier_sync(1 + block.warpgroup, 128);
+            named_barrier_sync(1 + block.warpgroup, 128);
+        }
+    }
+    // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
+    if (consumer.lagging && first_q_tile < q_tiles) {
+        float dq[32], ds_sum[Config::Q_SLABS][4];
+        consumer.hand_over_last_dq(dq, ds_sum);
+    }
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
     named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
+    consumer.store_dk_dv(dk, dv, dk_map, dv_map);
+}
 
-    // dK (times scale) and dV to bf16, into this consumer's rows of the K and V tiles (the last
-    // tile's GEMMs have read them), and out by TMA, which writes only keys < len_kv.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int tile_row = key_row + warp * 16 + fragment_row + 8 * r;
-#pragma unroll
-        for (int d = 0; d < HEAD_DIM / 8; ++d) {
-            const int offset = (d / 8) * BLOCK_KV * 64 + tile_row * 64 + ((d % 8) ^ (tile_row % 8)) * 8 + fragment_column;
-            *reinterpret_cast<__nv_bfloat162*>(k_tile + offset) =
-                __floats2bfloat162_rn(dk[4 * d + 2 * r] * scale, dk[4 * d + 2 * r + 1] * scale);
-            *reinterpret_cast<__nv_bfloat162*>(v_tile + offset) =
-                __floats2bfloat162_rn(dv[4 * d + 2 * r], dv[4 * d + 2 * r + 1]);
+// One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
+template <class Config>
+__global__ void __launch_bounds__(Config::THREADS, 1)
+flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
+                      const __grid_constant__ CUtensorMap lse_map, const __grid_constant__ CUtensorMap delta_map,
+                      const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
+                      float* __restrict__ dq_accumulator, float* __restrict__ ds_rowsum,
+                      float* __restrict__ key_sum, int len_q, int len_kv, int kv_tiles,
+                      int q_tiles, float scale, bool causal) {
+    constexpr int STAGES = Config::STAGES, CONSUMER_WARPS = 4 * Config::CONSUMERS;
+    __shared__ uint64_t kv_full;          // K and V have landed
+    __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
+    __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
+    extern __shared__ unsigned char dynamic_shared[];
+    // excerpt: shared-base
+    // The tiles start on a 1024-byte boundary (the swizzle atom). Rounding up by pointer
+    // arithmetic on the shared array, not through an integer, lets the compiler see that every
+    // pointer below is into shared memory: LDS and STS, not generic loads and stores.
+    unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
+    // end excerpt
+    const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles, causal);
+
+    if (threadIdx.x == 0) {
+        mbarrier_init(&kv_full, 1);
+        for (int stage = 0; stage < STAGES; ++stage) {
+            mbarrier_init(&q_full[stage], 1);
+            mbarrier_init(&q_empty[stage], CONSUMER_WARPS);
         }
+        fence_barrier_init();
     }
-    fence_proxy_async_shared();
-    named_barrier_sync(1 + warpgroup, 128);
-    if (threadIdx.x % 128 == 0) {
-        for (int slab = 0; slab < SLABS; ++slab) {
-            const int offset = slab * BLOCK_KV * 64 + key_row * 64;
-            tma_store_3d(&dk_map, k_tile + offset, slab * 64, kv_start + key_row, head);
-            tma_store_3d(&dv_map, v_tile + offset, slab * 64, kv_start + key_row, head);
-        }
-        bulk_commit();
-        bulk_wait<0>();  // the stores and the last reduce-add are complete
+    for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
+        reinterpret_cast<uint32_t*>(block.ones)[i] = 0x3F803F80u;  // two bf16 ones
+    fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
+    __syncthreads();
+
+    if (block.warpgroup < 0) {
+        setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
+        if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
+        return;
     }
+    setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+    backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
+                              kv_tiles, scale, causal);
 }
 
 // A [count] FP32 vector read in boxes of box_count, seen as a [1][count] tensor (the encoder
