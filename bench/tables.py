@@ -614,6 +614,15 @@ def markdown_files():
     return sorted(found)
 
 
+def shown_file(name, page):
+    """What a <!-- file:NAME --> region of `page` holds: the file, verbatim, in a fenced block."""
+    shown = os.path.join(ROOT, name)
+    if not os.path.isfile(shown):
+        raise SystemExit(f"{page}: file:{name}: no such file")
+    with open(shown) as source:
+        return "```text\n" + source.read().rstrip("\n") + "\n```\n"
+
+
 def default_results():
     candidates = sorted(glob.glob(os.path.join(ROOT, "bench", "results", "*", "results.csv")))
     if len(candidates) != 1:
@@ -675,11 +684,7 @@ def main():
             return match.group(0)[:begin] + body + match.group(0)[end:]
 
         def regenerate_file(match):
-            shown = os.path.join(ROOT, match["name"])
-            if not os.path.isfile(shown):
-                raise SystemExit(f"{os.path.relpath(path, ROOT)}: file:{match['name']}: no such file")
-            with open(shown) as source:
-                body = "```text\n" + source.read().rstrip("\n") + "\n```\n"
+            body = shown_file(match["name"], os.path.relpath(path, ROOT))
             if body != match["body"]:
                 stale.append(f"{os.path.relpath(path, ROOT)}: file:{match['name']}")
             begin = match.start("body") - match.start()

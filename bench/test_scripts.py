@@ -136,6 +136,26 @@ class LeftOut(unittest.TestCase):
         self.assertEqual(driver.fp32_left_out("fp32", long64), "")
 
 
+class ShownFile(unittest.TestCase):
+    """A <!-- file:PATH --> region shows a committed file verbatim (bench/tables.py)."""
+
+    def test_the_region_holds_the_file_in_a_fenced_block(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "summary.txt")
+            with open(path, "w") as out:
+                out.write("first line\nsecond line\n\n")
+            name = os.path.relpath(path, tables.ROOT)
+            page = f"<!-- file:{name} -->\nold\n<!-- /file:{name} -->\n"
+            match = tables.FILE.search(page)
+            self.assertEqual(match["name"], name)
+            self.assertEqual(tables.shown_file(name, "page.md"),
+                             "```text\nfirst line\nsecond line\n```\n")
+
+    def test_a_missing_file_is_an_error(self):
+        with self.assertRaises(SystemExit):
+            tables.shown_file("no/such/file.txt", "page.md")
+
+
 class TimedWindow(unittest.TestCase):
     """When an implementation has been timed enough (Resident.done)."""
 
