@@ -707,6 +707,8 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
     const int head = block.head, q_tiles = block.q_tiles;
     uint64_t* q_full = block.q_full;
     uint64_t* q_empty = block.q_empty;
+    TIMELINE_BEGIN;  // the phase stamps (common/timeline.cuh): nothing unless measured
+    TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_START, block.first_q_tile);
     mbarrier_arrive_expect_tx(block.kv_full, 2 * Config::KV_BYTES);
     for (int slab = 0; slab < SLABS; ++slab) {
         tma_load_3d(block.k_tile + slab * BLOCK_KV * 64, &k_map, slab * 64, block.kv_start, head, block.kv_full);
@@ -728,6 +730,7 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
         tma_load_2d(block.delta_rows + stage * BLOCK_Q, &delta_map, row, 0, &q_full[stage]);
     }
     // end excerpt
+    TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
 // One consumer warpgroup: its 64 keys, its descriptors and staging tiles, and the steps of its
@@ -1126,6 +1129,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
                                                   int kv_tiles, float scale, bool causal) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, STAGES = Config::STAGES;
     constexpr int Q_STEPS = BLOCK_Q / 16;
+    TIMELINE_BEGIN;  // the phase stamps (common/timeline.cuh): nothing unless measured
+    TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_START, block.first_q_tile);
     const ConsumerWarpgroup<Config> consumer =
         make_consumer_warpgroup<Config>(block, dq_accumulator, ds_rowsum, len_q, len_kv, kv_tiles, scale, causal);
     float dk[HEAD_DIM / 2] = {};
@@ -1139,21 +1144,27 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         const int stage = read % STAGES;
         const int q_start = q_tile * BLOCK_Q;
         mbarrier_wait(&block.q_full[stage], (read / STAGES) % 2);
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_TILE_READY, q_tile);
         // First turn: S^T and dP^T.
         consumer.wait_turn();
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_TURN, q_tile);
         float s[BLOCK_Q / 2], dp[BLOCK_Q / 2];
         consumer.issue_s_dp(s, dp, stage);
         consumer.pass_turn();
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_ISSUED, q_tile);
 
         // Between the turns: P^T, delta and dS^T in registers, and dS^T to shared memory for dQ.
         wgmma_wait<1>();  // S^T is done
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_S_DONE, q_tile);
         fence_registers(s);
         // A tile that hides none of this consumer's scores takes the loop without the tests.
         if (consumer.masks_some(q_start))
             consumer.template exponentiate<true>(s, q_start, stage);
         else
             consumer.template exponentiate<false>(s, q_start, stage);
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_P_DONE, q_tile);
         wgmma_wait<0>();  // dP^T is done
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DP_DONE, q_tile);
         fence_registers(dp);
         // delta of the tile's queries: the preprocessed rows, or (one block holds every key) the
         // exact sums of P * dP over the keys.
@@ -1162,14 +1173,18 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         uint32_t p_fragment[Q_STEPS][4], ds_fragment[Q_STEPS][4];
         consumer.compute_ds(s, dp, delta_row, p_fragment, ds_fragment);
         consumer.store_ds(ds_fragment, read);
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DS_STORED, q_tile);
 
         // Second turn: dK, dV and a piece of dQ.
         consumer.wait_turn();
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_TURN, q_tile);
         float dq[32], ds_sum[Config::Q_SLABS][4];
         const bool has_dq = !consumer.lagging || read > 0;
         consumer.issue_gradients(dk, dv, dq, ds_sum, p_fragment, ds_fragment, stage, read);
         consumer.pass_turn();
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_ISSUED, q_tile);
         consumer.release_stage(dk, dv, dq, ds_sum, stage);
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         if (has_dq) {
             consumer.hand_over_dq(dq, ds_sum, consumer.lagging ? q_tile - 1 : q_tile);
         } else {
@@ -1179,6 +1194,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
             named_barrier_sync(1 + block.warpgroup, 128);
             named_barrier_sync(1 + block.warpgroup, 128);
         }
+        // Consumer 0's piece is the previous tile's; the stamp says the loop's tile.
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_HANDED, q_tile);
     }
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (consumer.lagging && first_q_tile < q_tiles) {
@@ -1188,6 +1205,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
     named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
     consumer.store_dk_dv(dk, dv, dk_map, dv_map);
+    TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
 // One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.

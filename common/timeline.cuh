@@ -22,6 +22,15 @@ enum TimelineEvent : int {
     TIMELINE_SOFTMAX_DONE,  // the softmax of S_j is written (P_j in registers)
     TIMELINE_PV_DONE,       // wgmma.wait_group 0 returned: O += P_{j-1} V_{j-1} is done
     TIMELINE_END,           // O is stored (consumer) or the last load issued (producer)
+    // Stage 11's backward, per query tile, after TILE_READY (Q, dO, LSE and delta have landed),
+    // TURN (the first turn), ISSUED (S^T and dP^T issued, the turn passed on) and S_DONE (S^T):
+    TIMELINE_P_DONE,            // P^T = exp(S^T - LSE) is in registers
+    TIMELINE_DP_DONE,           // wgmma.wait_group 0 returned dP^T
+    TIMELINE_DS_STORED,         // dS^T is computed and stored to shared memory for dQ
+    TIMELINE_GRADIENTS_TURN,    // the second turn has come
+    TIMELINE_GRADIENTS_ISSUED,  // dK, dV and a piece of dQ are issued and the turn passed on
+    TIMELINE_GRADIENTS_DONE,    // wgmma.wait_group 0 returned them and the stage is released
+    TIMELINE_DQ_HANDED,         // the piece of dQ is staged and its bulk reduce-add issued
     TIMELINE_EVENTS
 };
 
@@ -53,7 +62,11 @@ __device__ __forceinline__ void timeline_stamp(int& count, int warpgroup, int ev
 // Declares the warpgroup's stamp counter; then TIMELINE_STAMP(event, tile) at each phase.
 #define TIMELINE_BEGIN int timeline_count = 0
 #define TIMELINE_STAMP(event, tile) timeline_stamp(timeline_count, warpgroup, (event), (tile))
+// The same where the warpgroup is not a variable named `warpgroup` (stage 11's role functions).
+#define TIMELINE_STAMP_AS(warpgroup_of, event, tile) \
+    timeline_stamp(timeline_count, (warpgroup_of), (event), (tile))
 #else
 #define TIMELINE_BEGIN
 #define TIMELINE_STAMP(event, tile)
+#define TIMELINE_STAMP_AS(warpgroup_of, event, tile)
 #endif

@@ -1,18 +1,68 @@
-// A Hopper stage's forward with its phase stamps compiled in (common/timeline.cuh): runs one
+// A Hopper stage's kernel with its phase stamps compiled in (common/timeline.cuh): runs one
 // shape, then writes every stamp of the first blocks as CSV, for draw_timeline.py to draw the
-// schedule as it happened on the SM. A warm-up call first, so that the measured call finds the
-// clocks up and the code loaded. Not a benchmark: the stamps cost a clock read and a store each.
-//   make -C bench/experiments timeline       (builds it for 08, 09 and 10)
+// schedule as it happened on the SM. The forward for 08, 09 and 10; the backward for 11
+// (TIMELINE_BACKWARD, set by the Makefile), after one forward that gives it O and LSE. A warm-up
+// call first, so that the measured call finds the clocks up and the code loaded. Not a
+// benchmark: the stamps cost a clock read and a store each.
+//   make -C bench/experiments timeline       (builds it for 08, 09, 10 and 11)
 //   build/experiments/timeline_10_pingpong [B H Lq Lk D causal] > timeline.csv   (an H100)
+//   build/experiments/timeline_11_hopper_backward [B H Lq Lk D causal] > timeline_11.csv
 // Default shape: the BF16 headline, 1 8 4096 8192 128 0.
 #define ATTENTION_TIMELINE
 #include "attention.cu"  // the stage's, on the include path (ATTENTION_STAGE_NAME names it)
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "timing.h"
+
+namespace {
+
+// common/timeline.cuh's events, as the CSV names them.
+const char* const EVENT_NAMES[] = {"start", "loaded", "tile_ready", "turn", "issued", "s_done",
+                                   "softmax_done", "pv_done", "end",
+                                   // stage 11's backward
+                                   "p_done", "dp_done", "ds_stored", "gradients_turn",
+                                   "gradients_issued", "gradients_done", "dq_handed"};
+static_assert(sizeof(EVENT_NAMES) / sizeof(EVENT_NAMES[0]) == TIMELINE_EVENTS,
+              "a name for every event of common/timeline.cuh");
+
+// Runs the call twice, the warm-up and then the one that is kept, each after the stamp counts
+// are zeroed: the stamps left are the kept call's (not those of a forward run before it).
+void record_stamps(const std::function<void()>& call) {
+    const int zeros[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS] = {};
+    for (int run = 0; run < 2; ++run) {
+        CUDA_CHECK(cudaMemcpyToSymbol(timeline_counts, zeros, sizeof(zeros)));
+        call();
+        CUDA_CHECK(cudaDeviceSynchronize());
+    }
+}
+
+void write_stamps(const char* pass, const AttentionShape& shape) {
+    std::vector<TimelineStamp> stamps(size_t(TIMELINE_BLOCKS) * TIMELINE_WARPGROUPS *
+                                      TIMELINE_STAMPS);
+    int counts[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS];
+    CUDA_CHECK(cudaMemcpyFromSymbol(stamps.data(), timeline_records,
+                                    stamps.size() * sizeof(TimelineStamp)));
+    CUDA_CHECK(cudaMemcpyFromSymbol(counts, timeline_counts, sizeof(counts)));
+    std::printf("# %s %s, %s, phase stamps of the first %d blocks\n", ATTENTION_STAGE_NAME, pass,
+                shape.to_string().c_str(), TIMELINE_BLOCKS);
+    std::printf("block,warpgroup,stamp,cycle,nanoseconds,event,tile\n");
+    for (int block = 0; block < TIMELINE_BLOCKS; ++block)
+        for (int slot = 0; slot < TIMELINE_WARPGROUPS; ++slot) {
+            const int count = std::min(counts[block][slot], TIMELINE_STAMPS);
+            for (int n = 0; n < count; ++n) {
+                const TimelineStamp& s =
+                    stamps[(size_t(block) * TIMELINE_WARPGROUPS + slot) * TIMELINE_STAMPS + n];
+                std::printf("%d,%d,%d,%lld,%lld,%s,%d\n", block, slot - 1, n, s.cycle,
+                            s.nanoseconds, EVENT_NAMES[s.event], s.tile);
+            }
+        }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     int v[6] = {1, 8, 4096, 8192, 128, 0};
@@ -29,35 +79,21 @@ int main(int argc, char** argv) {
     fill_random(q.data(), q.count(), 0, 0);
     fill_random(k.data(), k.count(), q.count(), 0);
     fill_random(value.data(), value.count(), q.count() + k.count(), 0);
-
-    const int zeros[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS] = {};
-    for (int call = 0; call < 2; ++call) {  // the warm-up, then the one that is kept
-        CUDA_CHECK(cudaMemcpyToSymbol(timeline_counts, zeros, sizeof(zeros)));
+    const auto forward = [&] {
         attention_forward(q.data(), k.data(), value.data(), o.data(), lse.data(), shape, 0);
-        CUDA_CHECK(cudaDeviceSynchronize());
-    }
-    std::vector<TimelineStamp> stamps(size_t(TIMELINE_BLOCKS) * TIMELINE_WARPGROUPS *
-                                      TIMELINE_STAMPS);
-    int counts[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS];
-    CUDA_CHECK(cudaMemcpyFromSymbol(stamps.data(), timeline_records,
-                                    stamps.size() * sizeof(TimelineStamp)));
-    CUDA_CHECK(cudaMemcpyFromSymbol(counts, timeline_counts, sizeof(counts)));
-
-    static const char* names[TIMELINE_EVENTS] = {"start", "loaded", "tile_ready", "turn",
-                                                 "issued", "s_done", "softmax_done", "pv_done",
-                                                 "end"};
-    std::printf("# %s forward, %s, phase stamps of the first %d blocks\n", ATTENTION_STAGE_NAME,
-                shape.to_string().c_str(), TIMELINE_BLOCKS);
-    std::printf("block,warpgroup,stamp,cycle,nanoseconds,event,tile\n");
-    for (int block = 0; block < TIMELINE_BLOCKS; ++block)
-        for (int slot = 0; slot < TIMELINE_WARPGROUPS; ++slot) {
-            const int count = std::min(counts[block][slot], TIMELINE_STAMPS);
-            for (int n = 0; n < count; ++n) {
-                const TimelineStamp& s =
-                    stamps[(size_t(block) * TIMELINE_WARPGROUPS + slot) * TIMELINE_STAMPS + n];
-                std::printf("%d,%d,%d,%lld,%lld,%s,%d\n", block, slot - 1, n, s.cycle,
-                            s.nanoseconds, names[s.event], s.tile);
-            }
-        }
+    };
+#ifdef TIMELINE_BACKWARD
+    forward();  // O and LSE for the backward; its stamps are dropped
+    DeviceBuffer<bf16> dout(q.count()), dq(q.count()), dk(k.count()), dv(k.count());
+    fill_random(dout.data(), dout.count(), q.count() + 2 * k.count(), 0);
+    record_stamps([&] {
+        attention_backward(q.data(), k.data(), value.data(), o.data(), lse.data(), dout.data(),
+                           dq.data(), dk.data(), dv.data(), shape, 0);
+    });
+    write_stamps("backward", shape);
+#else
+    record_stamps(forward);
+    write_stamps("forward", shape);
+#endif
     return 0;
 }
