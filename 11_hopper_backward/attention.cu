@@ -728,6 +728,7 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
         const int row = (head * q_tiles + q_tile) * BLOCK_Q;
         tma_load_2d(block.lse_rows + stage * BLOCK_Q, &lse_map, row, 0, &q_full[stage]);
         tma_load_2d(block.delta_rows + stage * BLOCK_Q, &delta_map, row, 0, &q_full[stage]);
+        TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_LOADED, q_tile);
     }
     // end excerpt
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
