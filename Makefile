@@ -79,15 +79,17 @@ test:
 
 # Reads the compiled ping-pong forward (stage 10, and the copy in 11) and checks that the
 # softmax's exponentials in its main loop lie between the consumer's wgmma.wait_group 1 and 0,
-# the overlap chapter 10 teaches (common/check_sass.py). Needs nvcc, no GPU; cuobjdump from PATH
-# or fetched into .deps/ (common/fetch_cuobjdump.sh).
+# the overlap chapter 10 teaches (common/check_sass.py). D = 64 is reported, not required: the
+# exponent unit bounds that loop and the overlapped form measured slower (lab notes 10). Needs
+# nvcc, no GPU; cuobjdump from PATH or fetched into .deps/ (common/fetch_cuobjdump.sh). CI runs it.
 SASS_CHECKED := 10_pingpong 11_hopper_backward
 sass-check:
 	@for suite in $(SASS_CHECKED); do $(MAKE) --no-print-directory -C $$suite all || exit 1; done; \
 	cuobjdump=$$(bash common/fetch_cuobjdump.sh) || { echo "error: $$cuobjdump" >&2; exit 2; }; \
 	status=0; \
 	for suite in $(SASS_CHECKED); do \
-	  python3 common/check_sass.py build/$$suite/libattention_$$suite.so --cuobjdump "$$cuobjdump" || status=1; \
+	  python3 common/check_sass.py build/$$suite/libattention_$$suite.so --exempt-head-dim 64 \
+	    --cuobjdump "$$cuobjdump" || status=1; \
 	done; exit $$status
 
 # Needs a GPU (checked first). Builds the benchmark binaries, runs them, and writes the CSVs and

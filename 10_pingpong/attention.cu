@@ -237,6 +237,25 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                 l[i / 2] += s[4 * n + i];
             }
     };
+    // excerpt: softmax-both-arms
+    // The main loop's softmax, after the mask where the tile needs one. At D = 128 the softmax is
+    // called in both arms of the branch: with one call after it, ptxas moves the loop's second
+    // wgmma wait up before the softmax. D = 64 keeps the one call: it is bound by the exponent
+    // unit, and this form measured faster there.
+    auto masked_softmax = [&](float (&s)[BLOCK_KV / 2], float (&alpha)[2], int kv_start) {
+        if constexpr (HEAD_DIM == 128) {
+            if (needs_mask(kv_start)) {
+                mask(s, kv_start);
+                softmax(s, alpha);
+            } else {
+                softmax(s, alpha);
+            }
+        } else {
+            mask(s, kv_start);
+            softmax(s, alpha);
+        }
+    };
+    // end excerpt
     // P as bf16 A fragments: the accumulators of 8-column tiles 2k and 2k+1 are exactly the A
     // fragment of k-step k.
     uint32_t p[PV_STEPS][4];
@@ -311,9 +330,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
 
     // excerpt: overlap-loop
     // Tile j: S_j = Q K_j^T and O += P_{j-1} V_{j-1} go to the tensor cores together, and the
-    // softmax of S_j runs between the wait for the first and the wait for the second. At D = 128
-    // the softmax is called in both arms of the mask branch: with one call after the branch,
-    // ptxas moves the second wait up before the softmax and the overlap is gone (chapter 10).
+    // softmax of S_j runs between the wait for the first and the wait for the second (at D = 128;
+    // masked_softmax says why not at D = 64).
     for (int kv_tile = 1; kv_tile < kv_tiles; ++kv_tile) {
         const int stage = kv_tile % STAGES;
         const int previous = (kv_tile - 1) % STAGES;
@@ -335,17 +353,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         TIMELINE_STAMP(TIMELINE_S_DONE, kv_tile);
         fence_registers(s);
         release(&k_empty[stage]);
-        if constexpr (HEAD_DIM == 128) {
-            if (needs_mask(kv_tile * BLOCK_KV)) {
-                mask(s, kv_tile * BLOCK_KV);
-                softmax(s, alpha);
-            } else {
-                softmax(s, alpha);
-            }
-        } else {  // D = 64 is bound by the exponent unit, and one call measured faster there
-            mask(s, kv_tile * BLOCK_KV);
-            softmax(s, alpha);
-        }
+        masked_softmax(s, alpha, kv_tile * BLOCK_KV);
         TIMELINE_STAMP(TIMELINE_SOFTMAX_DONE, kv_tile);
         wgmma_wait<0>();
         TIMELINE_STAMP(TIMELINE_PV_DONE, kv_tile - 1);

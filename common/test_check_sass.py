@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Unit tests of common/check_sass.py on small SASS listings written by hand in cuobjdump's
 format (CI runs them; no GPU, no cuobjdump): the exponentials of a loop between the two waits
-pass, one outside fails, a first tile's softmax before the loop does not count, and the
-mbarrier retries placed after EXIT close no loop.
+pass, one outside fails, a first tile's softmax before the loop does not count, the
+mbarrier retries placed after EXIT close no loop, and an exempt head dimension is reported
+without failing.
 
 usage: python3 common/test_check_sass.py
 """
@@ -14,9 +15,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_sass  # noqa: E402
 
 
-def listing(*instructions):
+def listing(*instructions, head_dim=128):
     """A function of cuobjdump -sass output, one instruction per 0x10 bytes."""
-    lines = ["\t\tFunction : _ZN4test27flash_forward_pingpong_kernelINS_6TilingILi128ELi2E"
+    lines = [f"\t\tFunction : _ZN4test27flash_forward_pingpong_kernelINS_6TilingILi{head_dim}ELi2E"
              "Li176ELi2EEEEEvv"]
     lines += [f"        /*{16 * i:04x}*/                   {text} ;   /* 0x0 */"
               for i, text in enumerate(instructions)]
@@ -71,6 +72,18 @@ class CheckSass(unittest.TestCase):
     def test_a_kernel_without_a_loop_of_exponentials_has_nothing_to_check(self):
         sass = listing("MUFU.EX2 R1, R1", "EXIT")
         self.assertEqual(verdict(sass), (0, 0))
+
+    def test_an_exempt_head_dimension_is_reported_without_failing(self):
+        moved = ("HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ", WAIT_ONE, WAIT_ZERO,
+                 "MUFU.EX2 R3, R3", "@P0 BRA 0x0", "EXIT")
+        d64 = check_sass.functions(listing(*moved, head_dim=64))
+        lines, failed = check_sass.check(d64, exempt_head_dims=[64])
+        self.assertFalse(failed)
+        self.assertIn("0 of the 1 MUFU.EX2", lines[0])
+        self.assertIn("not required at D = 64", lines[0])
+        self.assertTrue(check_sass.check(d64)[1])
+        d128 = check_sass.functions(listing(*moved))
+        self.assertTrue(check_sass.check(d128, exempt_head_dims=[64])[1])
 
 
 if __name__ == "__main__":
