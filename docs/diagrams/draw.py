@@ -651,23 +651,16 @@ def finish_timeline(plt, figure, axes, end, name, titles,
 
 def pingpong_10(plt, found):
     """10 against 09: when each consumer's GEMMs and softmax run (schematic). Stage 10 twice:
-    as the binary runs it (ptxas moves the second wgmma.wait_group before the softmax, chapter
-    10, "What the compiler makes of it") and, hatched, the order its PTX asks for, which the
-    binary does not keep: the softmax of S_{j+1} under the consumer's own P_j V_j."""
+    at D = 64, where a consumer waits for both of its GEMMs before its softmax (the compiled
+    order, chapter 10, "What the compiler makes of it"), and at D = 128, where the softmax is
+    called in both arms of the mask branch and ptxas keeps it between the two waits: the
+    softmax of S_{j+1} also runs under the consumer's own P_j V_j."""
     from matplotlib.patches import Rectangle
     gemm, softmax, tiles = 1.0, 1.3, 3  # one consumer's S (or PV) GEMM; its softmax of a tile
     figure, axes = plt.subplots(3, 1, figsize=(13, 8.2), sharex=True)
     figure.subplots_adjust(hspace=0.5)
 
-    def box(axis, x, y, width, label, colour, alpha=0.85, intended=False):
-        if intended:  # the PTX's order, not the binary's: hatched, dashed outline
-            axis.add_patch(Rectangle((x, y - 0.32), width, 0.64, facecolor=colour, alpha=0.45,
-                                     edgecolor="#222222", linestyle="--", linewidth=1.0,
-                                     hatch="///"))
-            axis.text(x + width / 2, y, label, ha="center", va="center", fontsize=7,
-                      color="black", bbox={"facecolor": "white", "edgecolor": "none",
-                                           "pad": 1.0, "alpha": 0.85})
-            return
+    def box(axis, x, y, width, label, colour, alpha=0.85):
         axis.add_patch(Rectangle((x, y - 0.32), width, 0.64, facecolor=colour, alpha=alpha,
                                  edgecolor="white"))
         axis.text(x + width / 2, y, label, ha="center", va="center", fontsize=7, color="white")
@@ -688,9 +681,9 @@ def pingpong_10(plt, found):
         x += 4 * gemm + softmax
     end = x
     # 10: a consumer issues S_{j+1} and P_j V_j together on its turn, then computes the softmax
-    # of S_{j+1} while the other consumer's GEMMs run. In the binary it first waits for both
-    # GEMMs (middle panel); the PTX waits for S_{j+1} only and overlaps the softmax with its
-    # own P_j V_j too (bottom panel, hatched).
+    # of S_{j+1} while the other consumer's GEMMs run. At D = 64 it first waits for both GEMMs
+    # (middle panel); at D = 128 it waits for S_{j+1} only and overlaps the softmax with its
+    # own P_j V_j too (bottom panel).
     turn = 2 * gemm
     for slot in range(int(end / turn) + 1):
         consumer = slot % 2
@@ -706,17 +699,16 @@ def pingpong_10(plt, found):
             box(axes[1], start + turn, 2 - consumer, softmax, f"softmax S{j + 1}", STATE_COLOUR)
         box(axes[2], start, 2 - consumer, gemm, f"wait for S{j + 1}", wait)
         if start + gemm + softmax <= end:
-            box(axes[2], start + gemm, 2 - consumer, softmax, f"softmax S{j + 1}", STATE_COLOUR,
-                intended=True)
+            box(axes[2], start + gemm, 2 - consumer, softmax, f"softmax S{j + 1}", STATE_COLOUR)
     finish_timeline(plt, figure, axes, end, "10_pingpong.png",
                     ("09: the consumers run in step; the tensor cores idle while both "
                      "compute the softmax",
-                     "10, the binary: on its turn (bar.sync / bar.arrive) a consumer issues "
-                     "S_{j+1} with P_j V_j, waits for both,\nthen computes the softmax of S_{j+1} "
-                     "under the other consumer's GEMMs",
-                     "10, intended: the PTX's order, NOT in today's binary (hatched): wait_group 1 "
-                     "waits for S_{j+1} only,\nso the softmax would also run under the consumer's "
-                     "own P_j V_j; today ptxas moves wait_group 0 before it"))
+                     "10, D = 64's order (drawn with two consumers; D = 64 has three): on its turn "
+                     "(bar.sync / bar.arrive) a consumer issues\nS_{j+1} with P_j V_j, waits for "
+                     "both, then computes the softmax of S_{j+1} under the other consumers' GEMMs",
+                     "10 at D = 128: wait_group 1 waits for S_{j+1} only, so the softmax also runs "
+                     "under the consumer's own P_j V_j\n(the softmax called in both arms of the "
+                     "mask branch keeps ptxas from moving wait_group 0 before it)"))
 
 
 def backward_flow_11(plt, found):
