@@ -34,14 +34,16 @@ A tile's phases run from its tile_ready stamp to the next one (stage 10 stamps p
 previous tile's number; it still belongs to the tile in whose loop it is; in 11 consumer 0's
 piece of dQ is the previous tile's, stamped with the loop's). One thread, lane 0 of the
 warpgroup's first warp, stamps for the warpgroup. The producer's row marks each tile's loads as
-issued (stage 11's producer stamps only its start and its last load: a bar between the two).
+issued (a CSV whose producer stamps only its start and its end gets a bar between the two).
 Cycles become microseconds through a straight-line fit of the stamps' %globaltimer nanoseconds
 against their clock64 cycles, per block (each block has its own SM's clock).
 
 The summary takes the steady tiles (all but the first two and the last two) of every block and
 prints per phase its median duration and its share of the tile, the tile period, how much of a
 warpgroup's softmax (11: P^T and dS^T) runs beside the other's GEMM phases and beside its own
-kind of phase, and per block its length, its ends and the GEMM work of its steady tiles.
+kind of phase, and per block its length, its ends and the GEMM work of its steady tiles. For the
+backward it also says what the other consumer does during each consumer's P^T, dS^T and
+hand-over of dQ: its phases' shares of that time, over every block.
 
 usage: draw_timeline.py timeline.csv --out figure.png [--block 0] [--tiles 21 24] [--summary]
        draw_timeline.py timeline.csv [more.csv ...] --summary
@@ -74,8 +76,8 @@ BACKWARD_PHASES = [
     ("wait_grad", "waits for dK, dV, dQ, releases Q, dO", "#c9b037",
      {("gradients_issued", "gradients_done")}),
     ("dq", "hands dQ over (bulk reduce-add)", "#8e44ad", {("gradients_done", "dq_handed")}),
-    ("after", "waits for the next Q, dO", "#a5d6a7", {("dq_handed", "tile_ready"),
-                                                       ("start", "tile_ready")}),
+    ("after", "waits for the next Q, dO (first: K, V)", "#a5d6a7",
+     {("dq_handed", "tile_ready"), ("start", "tile_ready")}),
 ]
 # What differs between the passes: the phases, which of them are the warpgroup's GEMMs (queued
 # or running), which the work between the GEMMs that the ping-pong hides, the event after a
@@ -307,6 +309,7 @@ def summary(path):
     # GEMM phases, of it beside the other's softmax])
     columns = {}
     notes, tile_counts = [], set()
+    beside = {}  # backward: (consumer, its phase) -> [its us, {the other's phase: us beside it}]
     for block in sorted(blocks):
         rows = blocks[block]
         consumers = sorted({r["warpgroup"] for r in rows if r["warpgroup"] >= 0})
@@ -338,13 +341,22 @@ def summary(path):
                 column[1].extend(periods(ready[w], tiles))
                 for i in range(3):
                     column[2][i] += times[i]
+            for key in ("exp", "ds", "dq") if backward else ():
+                mine = [(start, end) for k, start, end, tile in found[w]
+                        if k == key and steady(tile, tiles)]
+                entry = beside.setdefault((w, key), [0.0, {}])
+                entry[0] += sum(end - start for start, end in mine)
+                for other, _, _, _ in kind["phases"]:
+                    entry[1][other] = entry[1].get(other, 0.0) + overlap(
+                        mine, [i for f in others for i in intervals(f, {other})])
 
         end = max(r["us"] for r in rows)
         first_ready = {j: min(ready[w][j] for w in consumers) for j in ready[consumers[0]]}
         last_pv = max(r["us"] for r in rows
                       if r["warpgroup"] >= 0 and r["event"] == kind["last_gemm"])
         # No warpgroup issues or waits for a GEMM: in 08 and 09 the tensor cores then have nothing
-        # of this block (one block per SM) to run; in 10 a P V may still run under its softmax.
+        # of this block (one block per SM) to run; in 10 a P V may still run under its softmax,
+        # in 11 a consumer's dP^T under its P^T.
         window = (min(ready[w][first + 2] for w in consumers),
                   max(ready[w][end_tile - 2] for w in consumers))
         busy = overlap([window], [i for w in consumers
@@ -418,6 +430,15 @@ def summary(path):
                lambda c: f"{'':13}{c[2][2] / c[2][0]:9.1%}")]
     for name, cell in totals:
         lines.append(f"{name:<{width}}" + "".join(cell(columns[h]) for h in ordered))
+    if beside:
+        lines.append(f"beside a consumer's phase, the other consumer's phases (their shares of that "
+                     f"time, steady tiles of blocks 0-{max(blocks)}; shares under 1% left out):")
+        order = [key for key, _, _, _ in kind["phases"]]
+        for (w, key), (total, others) in sorted(beside.items(),
+                                                key=lambda item: (item[0][0], order.index(item[0][1]))):
+            shares = [f"{labels[other]} {time / total:.0%}" for other, _, _, _ in kind["phases"]
+                      for time in [others[other]] if total and time / total >= 0.01]
+            lines.append(f"  consumer {w}, {labels[key]}: " + "; ".join(shares))
     lines += notes
     lines.append(f"the other wg's GEMMs: the share of a warpgroup's {compute} time during which the "
                  f"other warpgroup issues wgmma or waits for them ({kind['gemm_words']}); beside "
