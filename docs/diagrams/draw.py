@@ -498,16 +498,62 @@ def hopper_tiling(path, alias):
     return [int(value) for value in match.group(1).split(",")]
 
 
+def expression(path, pattern):
+    """The first group of `pattern` in `path` as written (an expression the picture evaluates)."""
+    match = re.search(pattern, source(path))
+    if not match:
+        raise SystemExit(f"draw.py: '{pattern}' not found in {path}: update the parser")
+    return match.group(1)
+
+
+def operand_layout(path):
+    """08's shared-memory operand layout: the swizzle of its tensor maps, the 64-element slab
+    row, and what k_descriptor and v_descriptor pass to make_smem_descriptor."""
+    text = source(path)
+    swizzle = re.search(r"CU_TENSOR_MAP_SWIZZLE_(\d+)B", text)
+    slab = re.search(r"constexpr uint32_t SLAB_ROW_BYTES = (\d+) \* sizeof\(bf16\);", text)
+    k_step = re.search(r"k_tiles \+ \(stage \* SLABS \+ step / (\d+)\) \* BLOCK_KV \* 64 \+ "
+                       r"\(step % \d+\) \* (\d+),\s*(\d+), (\d+) \* SLAB_ROW_BYTES\)", text)
+    v_step = re.search(r"v_tiles \+ stage \* SLABS \* BLOCK_KV \* 64 \+ step \* (\d+) \* 64,\s*"
+                       r"BLOCK_KV \* SLAB_ROW_BYTES, (\d+) \* SLAB_ROW_BYTES\)", text)
+    if not (swizzle and slab and k_step and v_step):
+        raise SystemExit(f"draw.py: the tensor map swizzle, SLAB_ROW_BYTES or the descriptors of "
+                         f"{path} changed: update the parser")
+    return {"TMA_SWIZZLE_BYTES": int(swizzle.group(1)), "SLAB_ELEMENTS": int(slab.group(1)),
+            "K_STEPS_PER_SLAB": int(k_step.group(1)), "K_STEP_ELEMENTS": int(k_step.group(2)),
+            "K_LEADING_BYTES": int(k_step.group(3)), "ATOM_ROWS": int(k_step.group(4)),
+            "V_STEP_KEYS": int(v_step.group(1)), "V_ATOM_ROWS": int(v_step.group(2))}
+
+
+def descriptor_fields():
+    """Where make_smem_descriptor (common/hopper.cuh) puts each field of the 64-bit descriptor."""
+    match = re.search(r"return \(\(address & 0x3FFFF\) >> (\d+)\) \| \(uint64_t\(leading_bytes >> \d+\) << "
+                      r"(\d+)\) \|\s*\(uint64_t\(stride_bytes >> \d+\) << (\d+)\) \| \((\d+)ull << (\d+)\);",
+                      source("common/hopper.cuh"))
+    if not match:
+        raise SystemExit("draw.py: make_smem_descriptor of common/hopper.cuh changed: update the parser")
+    return {"UNIT_SHIFT": int(match.group(1)), "LEADING_AT": int(match.group(2)),
+            "STRIDE_AT": int(match.group(3)), "SWIZZLE_MODE": int(match.group(4)),
+            "SWIZZLE_AT": int(match.group(5))}
+
+
 def hopper_constants(found):
-    head_dim, warpgroups, block_kv, stages = hopper_tiling("08_wgmma_tma/attention.cu", "Tiling128")
+    path = "08_wgmma_tma/attention.cu"
+    head_dim, warpgroups, block_kv, stages = hopper_tiling(path, "Tiling128")
     found["08_wgmma_tma"] = {"HEAD_DIM": head_dim, "WARPGROUPS": warpgroups, "BLOCK_KV": block_kv,
                              "STAGES": stages}
+    found["08_wgmma_tma"].update(operand_layout(path))
+    found["descriptor"] = descriptor_fields()
     path = "09_warp_specialized/attention.cu"
     head_dim, consumers, block_kv, stages = hopper_tiling(path, "Tiling128")
     found["09_warp_specialized"] = {
         "CONSUMERS": consumers, "BLOCK_KV": block_kv, "STAGES": stages,
         "PRODUCER_REGISTERS": integer(path, r"PRODUCER_REGISTERS = (\d+);"),
-        "CONSUMER_REGISTERS": integer(path, r"CONSUMER_REGISTERS = (\d+);")}
+        "CONSUMER_REGISTERS": integer(path, r"CONSUMER_REGISTERS = (\d+);"),
+        "WARPS_PER_CONSUMER": integer(path, r"constexpr int CONSUMER_WARPS = (\d+) \* Config::CONSUMERS;"),
+        "EMPTY_ARRIVALS": expression(path, r"mbarrier_init\(&k_empty\[stage\], (\w+)\);"),
+        "FULL_PARITY": expression(path, r"const uint32_t full_parity = (\(kv_tile / STAGES\) % 2);"),
+        "FREE_PARITY": expression(path, r"const uint32_t free_parity = (\(kv_tile / STAGES \+ 1\) % 2);")}
     path = "10_pingpong/attention.cu"
     found["10_pingpong"] = {"Tiling64": hopper_tiling(path, "Tiling64"),
                             "Tiling128": hopper_tiling(path, "Tiling128")}
@@ -578,6 +624,209 @@ def data_path_08(plt, found):
     save(plt, figure, "08_data_path.png")
 
 
+def swizzle_descriptor_08(plt, found):
+    """08: the 128-byte swizzle of one atom as TMA writes it, what one wgmma k-step reads of a
+    K tile (K-major) and of a V tile (MN-major), and the descriptor's fields for both."""
+    import textwrap
+    from matplotlib.patches import Rectangle, FancyArrowPatch
+    c, d = found["08_wgmma_tma"], found["descriptor"]
+    chunk_bytes = 16  # the swizzle permutes 16-byte chunks: eight bf16
+    slab, rows = c["SLAB_ELEMENTS"], c["ATOM_ROWS"]
+    row_bytes = 2 * slab
+    chunks = row_bytes // chunk_bytes
+    if c["TMA_SWIZZLE_BYTES"] != row_bytes or chunks != rows or c["V_ATOM_ROWS"] != rows:
+        raise SystemExit("draw.py: 08_swizzle_descriptor.png draws the 128-byte swizzle of 64-element "
+                         "rows: update it")
+    atom_bytes = rows * row_bytes
+    step_bytes = 2 * c["K_STEP_ELEMENTS"]
+    step_chunks = step_bytes // chunk_bytes
+    steps = c["K_STEPS_PER_SLAB"]
+    slabs = c["HEAD_DIM"] // slab
+    v_step_bytes = c["V_STEP_KEYS"] * row_bytes
+    leading_v = c["BLOCK_KV"] * row_bytes
+    first_key, last_key = c["V_STEP_KEYS"], 2 * c["V_STEP_KEYS"] - 1
+    first_col, last_col = c["K_STEP_ELEMENTS"], 2 * c["K_STEP_ELEMENTS"] - 1
+
+    def slot(row, chunk):  # where TMA stores chunk `chunk` of row `row`: bits 4-6 ^= bits 7-9
+        return chunk ^ (row % rows)
+
+    def wrap(text, width=52):
+        return "\n".join(textwrap.fill(part, width) for part in text.split("\n"))
+
+    palette = ["#4c72b0", "#dd8452", "#55a868", "#8172b3"]
+    red, blue = "#b03030", "#1a3d6d"
+    figure = plt.figure(figsize=(15.5, 12.2))
+    grid = figure.add_gridspec(3, 3, height_ratios=[1.6, 0.3, 0.9], width_ratios=[1.2, 1, 1],
+                               hspace=0.22, wspace=0.22, left=0.09, right=0.98, top=0.885, bottom=0.02)
+    atom, k_tile, v_tile = (figure.add_subplot(grid[0, i]) for i in range(3))
+    note = figure.add_subplot(grid[1, :])
+    bits = figure.add_subplot(grid[2, :])
+
+    # One atom: eight rows of eight chunks, each cell where TMA puts it, coloured by k-step.
+    for row in range(rows):
+        for chunk in range(chunks):
+            step = chunk // step_chunks
+            x = slot(row, chunk)
+            mine = step == 1
+            atom.add_patch(Rectangle((x, row), 1, 1, facecolor=palette[step % 4],
+                                     alpha=0.9 if mine else 0.35, edgecolor="white", linewidth=1.2))
+            atom.text(x + 0.5, row + 0.5, f"{8 * chunk}-{8 * chunk + 7}", ha="center", va="center",
+                      fontsize=7, color="white" if mine else "#222222",
+                      fontweight="bold" if mine else "normal")
+    atom.add_patch(FancyArrowPatch((step_chunks, -0.9), (step_chunks, 0.05), arrowstyle="-|>",
+                                   mutation_scale=10, color=red, linewidth=1.3))
+    atom.text(step_chunks, -1.0, f"k-step 1's descriptor starts here:\natom base + {step_bytes} B",
+              ha="center", va="bottom", fontsize=8, color=red)
+    atom.set_xlim(0, chunks)
+    atom.set_ylim(rows, -2.4)
+    atom.set_xticks([k + 0.5 for k in range(chunks)])
+    atom.set_xticklabels([f"{chunk_bytes * k}" for k in range(chunks)], fontsize=7.5)
+    atom.set_xlabel(f"byte in the {row_bytes}-byte row (eight 16-byte chunks)", fontsize=8.5)
+    atom.set_yticks([r + 0.5 for r in range(rows)])
+    atom.set_yticklabels([f"row {r}  (+{row_bytes * r} B)" for r in range(rows)], fontsize=7.5)
+    for spine in atom.spines.values():
+        spine.set_visible(False)
+    atom.set_title(wrap(f"A. One {atom_bytes}-byte atom ({rows} rows × {slab} bf16) as TMA writes it: "
+                        f"chunk c of row r lands at position c XOR r. A cell names the columns it "
+                        f"holds; its colour, the k-step ({c['K_STEP_ELEMENTS']} columns) that reads "
+                        f"it; bold: k-step 1, columns {first_col}-{last_col}"),
+                   fontsize=9, loc="left")
+
+    # A tile as stored: SLABS slabs of [BLOCK_KV][64] side by side, atoms of 8 rows. Only the
+    # first four atoms are drawn; the others follow every stride bytes.
+    shown_atoms = 4
+    shown_rows = shown_atoms * rows
+    gap = 1.4
+
+    def tile(axis, reads, title):
+        for s in range(slabs):
+            x0 = s * (chunks + gap)
+            for row in range(shown_rows):
+                for chunk in range(chunks):
+                    hit = reads(s, row, chunk)
+                    axis.add_patch(Rectangle((x0 + slot(row, chunk), row), 1, 1,
+                                             facecolor=palette[1] if hit else "#eeeeee",
+                                             edgecolor="white", linewidth=0.4))
+            for a in range(shown_atoms + 1):
+                axis.plot([x0, x0 + chunks], [a * rows, a * rows], color="#333333", linewidth=0.9)
+            for edge in (x0, x0 + chunks):
+                axis.plot([edge, edge], [0, shown_rows], color="#333333", linewidth=0.9)
+            axis.text(x0 + chunks / 2, -0.6, f"slab {s}\ncolumns {slab * s}-{slab * s + slab - 1}",
+                      ha="center", va="bottom", fontsize=8)
+        axis.text(slabs * (chunks + gap) / 2 - gap / 2, shown_rows + 1.0,
+                  f"⋮  keys {shown_rows}-{c['BLOCK_KV'] - 1}: {c['BLOCK_KV'] // rows - shown_atoms} "
+                  f"more atoms in each slab", ha="center", va="top", fontsize=7.5, color="#555555")
+        axis.set_xlim(-3.6, slabs * (chunks + gap) - gap + 0.3)
+        axis.set_ylim(shown_rows + 3.2, -3.2)
+        axis.set_yticks([a * rows + rows / 2 for a in range(shown_atoms)])
+        axis.set_yticklabels([f"atom {a}\nkeys {a * rows}-{a * rows + rows - 1}"
+                              for a in range(shown_atoms)], fontsize=7)
+        axis.tick_params(axis="y", length=0)
+        axis.set_xticks([])
+        for spine in axis.spines.values():
+            spine.set_visible(False)
+        axis.set_title(wrap(title, 46), fontsize=9, loc="left")
+
+    def span(axis, start, end, label, colour):
+        axis.add_patch(FancyArrowPatch(start, end, arrowstyle="<|-|>", mutation_scale=9,
+                                       color=colour, linewidth=1.2, shrinkA=0, shrinkB=0))
+        axis.text(start[0] - 0.3, (start[1] + end[1]) / 2, label, fontsize=7.5, color=colour,
+                  ha="right", va="center",
+                  bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9, "pad": 1})
+
+    # K, K-major (B of S = Q K^T): k-step 1 reads columns 16-31 of every key, in slab 0.
+    tile(k_tile, lambda s, row, chunk: s == 0 and chunk // step_chunks == 1,
+         f"B. A K tile, K-major (the B of S = Q Kᵀ). k-step 1 reads columns {first_col}-{last_col} "
+         f"of all {c['BLOCK_KV']} keys: two chunks of every row of the {c['BLOCK_KV'] // rows} atoms "
+         f"of slab 0, wherever the XOR put them. k-steps {steps}-{2 * steps - 1} read slab 1")
+    span(k_tile, (-0.35, rows * 0.5), (-0.35, rows * 1.5), f"stride\n{atom_bytes} B", red)
+    # V, MN-major (B of O = P V, transposed): k-step 1 reads keys 16-31 (two atoms), every column.
+    tile(v_tile, lambda s, row, chunk: first_key <= row <= last_key,
+         f"C. A V tile, MN-major (the B of O = P V, read transposed). k-step 1 reads keys "
+         f"{first_key}-{last_key}, two whole atoms (start + {v_step_bytes:,} B), in both slabs: "
+         f"all {c['HEAD_DIM']} output columns")
+    span(v_tile, (-0.35, first_key + rows * 0.5), (-0.35, first_key + rows * 1.5),
+         f"stride\n{atom_bytes} B", red)
+    v_tile.add_patch(FancyArrowPatch((chunks * 0.5, first_key - 0.7), (chunks + gap + chunks * 0.5,
+                                                                      first_key - 0.7),
+                                     arrowstyle="-|>", mutation_scale=9, color=blue, linewidth=1.3,
+                                     connectionstyle="arc3,rad=-0.25"))
+    v_tile.text(chunks + gap / 2, first_key - 3.0, f"leading {leading_v:,} B\n(BLOCK_KV × {row_bytes} B)",
+                ha="center", va="center", fontsize=7.5, color=blue,
+                bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.9, "pad": 1})
+
+    # Why the 32-byte step inside an atom is legal.
+    note.axis("off")
+    note.text(0.0, 1.0,
+              f"Why k-step 1 may start {step_bytes} bytes into the atom: the hardware swizzles every "
+              f"address it forms, not the start address. For row r and chunk j (0 or 1) of the "
+              f"step it forms\n    address = atom base + {step_bytes} + {row_bytes}·r + "
+              f"{chunk_bytes}·j,   whose bits 7-9 are r and bits 4-6 are {step_chunks} + j,\nthen "
+              f"XORs bits 4-6 with bits 7-9 and reads position ({step_chunks} + j) XOR r: the cell in "
+              f"which TMA, applying the same XOR to the same bits, wrote columns {first_col} + 8j "
+              f"to {first_col + 7} + 8j of row r (bold in A).\nThis holds because the atom starts on "
+              f"a {atom_bytes}-byte boundary (bits 7-9 number its rows from 0) and the k-step offsets "
+              f"0, {step_bytes}, {2 * step_bytes}, {3 * step_bytes} never reach bit 7.",
+              fontsize=8.5, va="top", ha="left", transform=note.transAxes, linespacing=1.5)
+
+    # The 64-bit descriptor: the fields as make_smem_descriptor packs them, to scale, and what
+    # stage 08 puts in them for k-step 1 of K and of V.
+    unit = 1 << d["UNIT_SHIFT"]
+    width = 14
+    fields = [("start address ÷ 16", 0, width - 1, "#c6d7ee",
+               f"(k_tiles + {step_bytes}) ÷ 16", f"(v_tiles + {v_step_bytes:,}) ÷ 16"),
+              ("leading byte offset ÷ 16", d["LEADING_AT"], d["LEADING_AT"] + width - 1, "#d5e8d4",
+               f"{c['K_LEADING_BYTES']} ÷ 16 = {c['K_LEADING_BYTES'] // unit}  (not used)",
+               f"{leading_v:,} ÷ 16 = {leading_v // unit:,}  (slab 0 → slab 1)"),
+              ("stride byte offset ÷ 16", d["STRIDE_AT"], d["STRIDE_AT"] + width - 1, "#f8cecc",
+               f"{atom_bytes:,} ÷ 16 = {atom_bytes // unit}  (keys 0-7 → 8-15)",
+               f"{atom_bytes:,} ÷ 16 = {atom_bytes // unit}  (keys 0-7 → 8-15)"),
+              ("base offset", 49, 51, "#eeeeee", "0  (atoms 1024-byte aligned)", "0"),
+              ("swizzle mode", d["SWIZZLE_AT"], 63, "#e1d5e7",
+               f"{d['SWIZZLE_MODE']}  (128-byte swizzle)", f"{d['SWIZZLE_MODE']}  (128-byte swizzle)")]
+    taken = {bit for _, low, high, *_ in fields for bit in range(low, high + 1)}
+    scale = 0.9  # one bit, in axis units
+    for bit in range(64):
+        x = (63 - bit) * scale
+        colour = next((f[3] for f in fields if f[1] <= bit <= f[2]), "#fafafa")
+        bits.add_patch(Rectangle((x, 6.2), scale, 1, facecolor=colour,
+                                 edgecolor="#bbbbbb" if bit not in taken else colour, linewidth=0.4))
+    for name, low, high, colour, _, _ in fields:
+        x0, x1 = (63 - high) * scale, (64 - low) * scale
+        bits.add_patch(Rectangle((x0, 6.2), x1 - x0, 1, fill=False, edgecolor="#333333", linewidth=0.9))
+        bits.text((x0 + x1) / 2, 7.35, f"{high}-{low}", ha="center", va="bottom", fontsize=7,
+                  color="#444444")
+        if high - low >= 10:
+            bits.text((x0 + x1) / 2, 6.7, name, ha="center", va="center", fontsize=7.5)
+    bits.text(-0.4, 6.7, "bit 63", ha="right", va="center", fontsize=7.5, color="#555555")
+    bits.text(64 * scale + 0.4, 6.7, "bit 0", ha="left", va="center", fontsize=7.5, color="#555555")
+    columns = (0.0, 13.0, 20.5, 41.0)
+    headers = ("field", "bits", "k_descriptor(stage 0, k-step 1): K-major",
+               "v_descriptor(stage 0, k-step 1): MN-major")
+    for x, header in zip(columns, headers):
+        bits.text(x, 5.2, header, ha="left", va="center", fontsize=8, fontweight="bold")
+    for line, (name, low, high, colour, k_value, v_value) in enumerate(fields):
+        y = 4.3 - 0.9 * line
+        bits.add_patch(Rectangle((-0.3, y - 0.38), 58.5, 0.76, facecolor=colour, alpha=0.55,
+                                 edgecolor="none"))
+        for x, value in zip(columns, (name, f"{low}-{high}", k_value, v_value)):
+            bits.text(x, y, value, ha="left", va="center", fontsize=8,
+                      family="monospace" if x > 15 else None)
+    bits.set_xlim(-3, 64 * scale + 3)
+    bits.set_ylim(0.3, 8.0)
+    bits.axis("off")
+    bits.set_title(wrap("D. The wgmma matrix descriptor, as make_smem_descriptor (common/hopper.cuh) "
+                        "packs it. The three byte quantities are stored ÷ 16, so each must be a "
+                        "multiple of 16 bytes; the 14-bit start address covers 256 KiB, all of an "
+                        "SM's shared memory. Grey bits are 0.", 160),
+                   fontsize=9, loc="left")
+    figure.suptitle(f"Stage 08's operands in shared memory: the {row_bytes}-byte swizzle that TMA "
+                    f"writes and wgmma reads, and the descriptors that tell wgmma where to read "
+                    f"(HEAD_DIM = {c['HEAD_DIM']}, BLOCK_KV = {c['BLOCK_KV']})",
+                    fontsize=11, x=0.02, ha="left")
+    save(plt, figure, "08_swizzle_descriptor.png")
+
+
 def warp_roles_09(plt, found):
     """09: the producer warpgroup, the consumers, and the full/empty barrier pairs of the ring.
     Every consumer reads every stage (tile j is in stage j mod STAGES for all of them), and a
@@ -629,6 +878,122 @@ def warp_roles_09(plt, found):
                    f"{c['STAGES']} stages of {c['BLOCK_KV']} keys; every consumer reads every stage",
                    fontsize=10, loc="left")
     save(plt, figure, "09_warp_roles.png")
+
+
+def barrier_phases_09(plt, found):
+    """09: the phases of a ring's full and empty barriers in time, and the parity each wait
+    names (schematic durations; the parities are the kernel's expressions)."""
+    from matplotlib.patches import Rectangle
+    c = found["09_warp_specialized"]
+    stages = c["STAGES"]
+    warps = c["WARPS_PER_CONSUMER"] * c["CONSUMERS"]
+    tiles = 3 * stages
+
+    def parity(expression, kv_tile):  # the kernel's expression, C integer division
+        return eval(expression.replace("/", "//"), {}, {"kv_tile": kv_tile, "STAGES": stages})
+
+    copy, issue, work = 1.3, 0.55, 3.0  # schematic: TMA latency, the producer's issue, a tile's use
+    producer_time, consumer_time = 0.1, 0.0
+    full_done, empty_done, producer, consumer = {}, {}, [], []
+    for j in range(tiles):
+        stage = j % stages
+        reach = producer_time
+        released = empty_done.get(j - stages, 0.0)
+        passed = max(reach, released)
+        producer.append((j, stage, reach, passed))
+        full_done[j] = passed + issue + copy
+        producer_time = passed + issue + 0.05
+        start = max(consumer_time, full_done[j])
+        consumer.append((j, stage, consumer_time, start))
+        empty_done[j] = start + work
+        consumer_time = empty_done[j]
+    end = consumer_time + 0.3
+
+    rows = {"producer": 5, "full0": 4, "full1": 3, "consumers": 2, "empty0": 1, "empty1": 0}
+    if stages != 2:
+        raise SystemExit("draw.py: 09_barrier_phases.png draws a ring of two stages: update it")
+    parity_colour = {0: "#dbe7f5", 1: "#fbe0c8"}
+    figure, axis = plt.subplots(figsize=(15, 7.8))
+
+    def phases(row, completions, total, what):
+        edges = [0.0] + completions + [end]
+        for phase in range(len(edges) - 1):
+            x0, x1 = edges[phase], edges[phase + 1]
+            axis.add_patch(Rectangle((x0, row - 0.3), x1 - x0, 0.6, facecolor=parity_colour[phase % 2],
+                                     edgecolor="#999999", linewidth=0.5))
+            if x1 - x0 > 3.2:
+                axis.text((x0 + x1) / 2, row + 0.12, f"phase {phase} in progress",
+                          ha="center", va="center", fontsize=7.5)
+                axis.text((x0 + x1) / 2, row - 0.14, f"(parity {phase % 2}) {what}", ha="center",
+                          va="center", fontsize=6.8, color="#444444")
+            elif x1 - x0 > 0.8:
+                axis.text((x0 + x1) / 2, row, f"phase {phase}\n(parity {phase % 2})",
+                          ha="center", va="center", fontsize=7, linespacing=1.1)
+        for phase, t in enumerate(completions):
+            axis.plot([t, t], [row - 0.36, row + 0.36], color="#222222", linewidth=1.6)
+            axis.text(t + 0.05, row + 0.38, f"phase {phase} done", fontsize=6.8, ha="left",
+                      va="bottom", color="#222222")
+
+    for stage in range(stages):
+        phases(rows[f"full{stage}"], [full_done[j] for j in range(stage, tiles, stages)], 1,
+               "waits for 1 arrival + the bytes")
+        phases(rows[f"empty{stage}"], [empty_done[j] for j in range(stage, tiles, stages)], warps,
+               f"waits for {warps} arrivals")
+
+    def box(row, x0, x1, label, colour, text_colour="white", size=7.2):
+        axis.add_patch(Rectangle((x0, row - 0.3), x1 - x0, 0.6, facecolor=colour, edgecolor="white"))
+        axis.text((x0 + x1) / 2, row, label, ha="center", va="center", fontsize=size, color=text_colour,
+                  linespacing=1.1)
+
+    waiting = "#b0b0b0"
+    row = rows["producer"]
+    for j, stage, reach, passed in producer:
+        p = parity(c["FREE_PARITY"], j)
+        if passed - reach > 0.2:
+            box(row, reach, passed, f"wait empty[{stage}], parity {p}", waiting, "#222222")
+        else:
+            axis.annotate(f"wait empty[{stage}], parity {p}: returns at once", (reach, row + 0.3),
+                          xytext=(reach + 0.3 * j, row + 0.55 + 0.3 * j), fontsize=6.8,
+                          ha="left", va="bottom",
+                          arrowprops={"arrowstyle": "-", "color": "#555555", "linewidth": 0.6})
+        box(row, passed, passed + issue, f"tile\n{j}", "#6a51a3")
+        # expect_tx and the copies now; the phase completes when the last byte has landed.
+        target = rows[f"full{stage}"]
+        axis.annotate("", (full_done[j], target + 0.32), (passed + issue / 2, row - 0.3),
+                      arrowprops={"arrowstyle": "-|>", "color": "#6a51a3", "linewidth": 0.8,
+                                  "shrinkA": 0, "shrinkB": 0})
+    row = rows["consumers"]
+    for j, stage, reach, start in consumer:
+        p = parity(c["FULL_PARITY"], j)
+        if start - reach > 0.2:
+            box(row, reach, start, f"wait\nfull[{stage}]\nparity {p}", waiting, "#222222", 6.8)
+        box(row, start, empty_done[j], f"tile {j} in stage {stage}\n(waited on full[{stage}], "
+            f"parity {p})", KEY_COLOUR)
+        axis.annotate("", (empty_done[j], rows[f"empty{stage}"] + 0.3), (empty_done[j] - 0.02, row - 0.3),
+                      arrowprops={"arrowstyle": "-|>", "color": STATE_COLOUR, "linewidth": 0.8,
+                                  "shrinkA": 0, "shrinkB": 0})
+    axis.set_xlim(-0.2, end)
+    axis.set_ylim(-0.7, 6.2)
+    axis.set_yticks(list(rows.values()))
+    axis.set_yticklabels(["producer\n(one thread)", "full[0]", "full[1]",
+                          f"consumers\n({warps} warps)", "empty[0]", "empty[1]"], fontsize=8.5)
+    axis.set_xticks([])
+    axis.set_xlabel("time (schematic: the durations are made up, the order and the parities are the "
+                    "kernel's)", fontsize=8.5)
+    for spine in ("top", "right"):
+        axis.spines[spine].set_visible(False)
+    axis.set_title(f"Stage 09's ring of {stages} stages in time, every phase of its barriers. Tile j "
+                   f"uses stage j mod {stages}; the consumers wait on full with parity "
+                   f"{c['FULL_PARITY']},\nthe producer waits on empty with parity "
+                   f"{c['FREE_PARITY']}. Purple arrows: the copy engine's last byte lands and "
+                   f"completes the full phase; red arrows: the last of the {warps} consumer warps "
+                   f"arrives.\nColour: the parity of the phase in progress. A wait on parity p "
+                   f"returns once phase p (mod 2) has completed, that is, while the bar it waits on "
+                   f"has the other colour.\nA fresh barrier counts the phase before phase 0 "
+                   f"(parity 1) as complete, so the producer's first {stages} waits return at once. "
+                   f"One full/empty pair per stage is drawn; 09 has one for K (k_full, k_empty) and "
+                   f"one for V.", fontsize=9, loc="left")
+    save(plt, figure, "09_barrier_phases.png")
 
 
 def finish_timeline(plt, figure, axes, end, name, titles,
@@ -867,7 +1232,9 @@ def main():
     pipeline(plt, found)
     backward_loop(plt, found)
     data_path_08(plt, found)
+    swizzle_descriptor_08(plt, found)
     warp_roles_09(plt, found)
+    barrier_phases_09(plt, found)
     pingpong_10(plt, found)
     backward_flow_11(plt, found)
     backward_turns_11(plt, found)
