@@ -613,6 +613,10 @@ def _tick_label(stage: str, width: int = 10) -> str:
     return number + "\n" + textwrap.fill(name.replace("_", " "), width, break_long_words=False)
 
 
+_LADDER_SHORT = {"torch_flash": "flash", "torch_cudnn": "cuDNN", "torch_sdpa": "SDPA",
+                 "torch_efficient": "SDPA"}
+
+
 def ladder_figure(results: Results) -> dict[str, Figure]:
     """TFLOP/s of every stage at its headline shape, in course order, on a log axis; the
     measured GEMM ceilings and PyTorch's fused attention as reference lines over each group;
@@ -634,7 +638,10 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
         spans[group] = (first - 0.5, x - 0.5)
         x += 0.6
     values = [s.row.tflops or tflops_of(s.row) for _, s in positions]
-    references = []  # (group, label, value, style)
+    first_bar = {}  # the height of each group's first bar, which a line's label must clear
+    for (_, step), value in zip(positions, values):
+        first_bar.setdefault(step.group, value)
+    references = []  # (group, label, value, style, short name or None)
     for group in groups:
         dtype = "fp32" if group.startswith("FP32") else "bf16"
         pass_ = "bwd" if group.endswith("backward") else "fwd"
@@ -646,7 +653,7 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
             references.append((group, "measured cuBLAS GEMM ceiling of the\nelement type "
                                "(= 100% of SOL)", ceiling,
                                dict(color="#7fa7c9", linestyle="-", linewidth=6.0, alpha=0.6,
-                                    solid_capstyle="butt", zorder=1.5)))
+                                    solid_capstyle="butt", zorder=1.5), None))
         names = [fp32_sdpa(results)] if dtype == "fp32" else ["torch_flash", "torch_cudnn"]
         for name in names:
             row = find_row(results, name, dtype, shape, pass_)
@@ -654,9 +661,9 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
                 style = impl_style((name, dtype))
                 references.append((group, impl_label((name, dtype)), tflops_of(row),
                                    dict(color=style["color"], linestyle=style["linestyle"],
-                                        linewidth=1.4)))
+                                        linewidth=1.4), _LADDER_SHORT.get(name, name)))
     low = min(values) / 2.5
-    high = max(values + [v for _, _, v, _ in references]) * 2.0
+    high = max(values + [v for _, _, v, _, _ in references]) * 2.0
     ax.set_yscale("log")
     ax.set_ylim(low, high)
     for index, group in enumerate(groups):
@@ -667,13 +674,23 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
         ax.text((left + right) / 2, 1.015, f"{group}\n{headline_text(headline_shape(dtype))}",
                 transform=ax.get_xaxis_transform(), ha="center", va="bottom", fontsize=9)
     legend = {}
-    for group, label, value, style in references:
+    for group, label, value, style, short in references:
         left, right = spans[group]
         style = dict(dict(zorder=2), **style)
         (line,) = ax.plot([left - 0.1, right + 0.1], [value, value], **style)
         if label.startswith("measured"):  # the ceiling's value, named, above its band
             ax.text(left - 0.1, value * 1.1, f"GEMM ceiling {value:.3g}", ha="left",
                     va="bottom", fontsize=7.5, color="#3d6a91", zorder=5)
+        else:
+            # Each baseline's name and value at the group's left end, so that a line lying close
+            # to the ceiling's band (cuDNN at the BF16 headline) can be told from it without the
+            # legend; below the line unless the group's first bar reaches up to it.
+            above = first_bar[group] > value / 1.7
+            ax.text(left - 0.1, value * (1.06 if above else 1 / 1.06), f"{short} {value:.3g}",
+                    ha="left", va="bottom" if above else "top", fontsize=7.5,
+                    color=style["color"], zorder=5,
+                    bbox=dict(boxstyle="square,pad=0.1", facecolor="white", edgecolor="none",
+                              alpha=0.8))
         legend.setdefault(label, line)
     for (x, step), value in zip(positions, values):
         color = _STAGE_COLORS.get(step.stage[:2], "#555555")
