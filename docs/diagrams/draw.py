@@ -978,8 +978,8 @@ def barrier_phases_09(plt, found):
     axis.set_yticklabels(["producer\n(one thread)", "full[0]", "full[1]",
                           f"consumers\n({warps} warps)", "empty[0]", "empty[1]"], fontsize=8.5)
     axis.set_xticks([])
-    axis.set_xlabel("time (schematic: the durations are made up, the order and the parities are the "
-                    "kernel's)", fontsize=8.5)
+    axis.set_xlabel("time (schematic: the durations are made up; the parities are the kernel's "
+                    "expressions, evaluated tile by tile)", fontsize=8.5)
     for spine in ("top", "right"):
         axis.spines[spine].set_visible(False)
     axis.set_title(f"Stage 09's ring of {stages} stages in time, every phase of its barriers. Tile j "
