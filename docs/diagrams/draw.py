@@ -992,7 +992,7 @@ def barrier_phases_09(plt, found):
                    f"has the other colour.\nA fresh barrier counts the phase before phase 0 "
                    f"(parity 1) as complete, so the producer's first {stages} waits return at once. "
                    f"One full/empty pair per stage is drawn; 09 has one for K (k_full, k_empty) and "
-                   f"one for V.", fontsize=9, loc="left")
+                   f"one for V.", fontsize=9, loc="left", linespacing=1.4)
     save(plt, figure, "09_barrier_phases.png")
 
 
