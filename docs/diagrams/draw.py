@@ -447,7 +447,7 @@ def backward_loop(plt, found):
                                    linewidth=2))
     axis.text(column_x - block_kv * 0.1, first_row * block_q + block_q * 0.5,
               "per visited tile, on chip:\nS = QKᵀ, P = exp(S - LSE),\ndP = dO Vᵀ, "
-              "dS = P(dP - D)", ha="right", va="center", fontsize=8, color="#8c4a12",
+              "dS = P(dP − δ)", ha="right", va="center", fontsize=8, color="#8c4a12",
               bbox={"facecolor": "white", "edgecolor": "#8c4a12", "alpha": 0.95})
     # dK, dV: the owning block's registers, stored once.
     axis.add_patch(Rectangle((column_x, length + block_q * 0.5), block_kv, block_q * 0.9,
@@ -1081,13 +1081,13 @@ def backward_flow_11(plt, found):
     c = found["11_hopper_backward"]
     figure, axis = blank(plt, 13.5, 6.6, 13.5, 7.6)
     grey = "#8c8c8c"
-    flow_box(axis, 0.2, 5.9, 2.6, 1.2, "preprocess kernel\nD = rowsum(dO ∘ O)\nLSE·log2 e (padded)", grey,
+    flow_box(axis, 0.2, 5.9, 2.6, 1.2, "preprocess kernel\nδ = rowsum(dO ∘ O)\nLSE·log2 e (padded)", grey,
              size=8)
-    flow_box(axis, 0.2, 3.7, 2.6, 1.4, "producer warpgroup\nK, V once;\nQ, dO, LSE, D per\n"
+    flow_box(axis, 0.2, 3.7, 2.6, 1.4, "producer warpgroup\nK, V once;\nQ, dO, LSE, δ per\n"
              f"query tile ({c['BLOCK_Q_D64']} rows at D = 64,\n{c['BLOCK_Q_D128']} at D = 128)", "#6a51a3", size=8)
     flow_arrow(axis, (1.5, 5.9), (1.5, 5.1))
     flow_box(axis, 3.8, 3.5, 3.0, 1.8, f"shared memory\nK, V ({c['BLOCK_KV']} keys)\n"
-             f"ring of {c['STAGES']}: Q, dO, LSE, D\nfull / empty barriers", KEY_COLOUR, size=8)
+             f"ring of {c['STAGES']}: Q, dO, LSE, δ\nfull / empty barriers", KEY_COLOUR, size=8)
     flow_arrow(axis, (2.8, 4.4), (3.8, 4.4), "TMA", offset=(0, 0.08))
     for consumer in range(c["CONSUMERS"]):
         y = 5.3 - consumer * 2.6
