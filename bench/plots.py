@@ -318,6 +318,11 @@ def impl_label(impl: tuple[str, str], pass_: str = "fwd") -> str:
     return f"{names.get(stage, stage)} {dtype.upper()}"
 
 
+# The baselines' short names, where a figure labels a line or a bar in a few letters.
+SHORT_NAMES = {"torch_eager": "eager", "torch_flash": "flash", "torch_cudnn": "cuDNN",
+               "torch_sdpa": "SDPA", "torch_efficient": "efficient"}
+
+
 def copy_of_forward(stage: str, pass_: str = "fwd") -> str | None:
     """The later stage whose forward is this stage's code verbatim (06 for 07's), if any: the
     figures draw that kernel once, under the stage that introduced it."""
@@ -613,10 +618,6 @@ def _tick_label(stage: str, width: int = 10) -> str:
     return number + "\n" + textwrap.fill(name.replace("_", " "), width, break_long_words=False)
 
 
-_LADDER_SHORT = {"torch_flash": "flash", "torch_cudnn": "cuDNN", "torch_sdpa": "SDPA",
-                 "torch_efficient": "SDPA"}
-
-
 def ladder_figure(results: Results) -> dict[str, Figure]:
     """TFLOP/s of every stage at its headline shape, in course order, on a log axis; the
     measured GEMM ceilings and PyTorch's fused attention as reference lines over each group;
@@ -654,14 +655,16 @@ def ladder_figure(results: Results) -> dict[str, Figure]:
                                "(= 100% of SOL)", ceiling,
                                dict(color="#7fa7c9", linestyle="-", linewidth=6.0, alpha=0.6,
                                     solid_capstyle="butt", zorder=1.5), None))
-        names = [fp32_sdpa(results)] if dtype == "fp32" else ["torch_flash", "torch_cudnn"]
+        sdpa = fp32_sdpa(results)
+        names = [sdpa] if dtype == "fp32" else ["torch_flash", "torch_cudnn"]
         for name in names:
             row = find_row(results, name, dtype, shape, pass_)
             if row:
                 style = impl_style((name, dtype))
                 references.append((group, impl_label((name, dtype)), tflops_of(row),
                                    dict(color=style["color"], linestyle=style["linestyle"],
-                                        linewidth=1.4), _LADDER_SHORT.get(name, name)))
+                                        linewidth=1.4),
+                                   "SDPA" if name == sdpa else SHORT_NAMES.get(name, name)))
     low = min(values) / 2.5
     high = max(values + [v for _, _, v, _, _ in references]) * 2.0
     ax.set_yscale("log")
@@ -982,8 +985,9 @@ def forward_backward_vs_seqlen(results: Results) -> dict[str, Figure]:
                 best = _fastest(series, stages)
                 if not best:
                     continue
-                roles = [("eager", ("torch_eager", "bf16")), ("course best", best),
-                         ("flash", ("torch_flash", "bf16")), ("cuDNN", ("torch_cudnn", "bf16"))]
+                roles = [(SHORT_NAMES["torch_eager"], ("torch_eager", "bf16")), ("course best", best),
+                         (SHORT_NAMES["torch_flash"], ("torch_flash", "bf16")),
+                         (SHORT_NAMES["torch_cudnn"], ("torch_cudnn", "bf16"))]
                 cells.append((causal, pass_, [(role, impl, series[impl]) for role, impl in roles
                                               if series.get(impl)]))
         if not cells:
