@@ -185,7 +185,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     auto needs_mask = [&](int kv_start) {
         return !(kv_start + BLOCK_KV <= len_kv && !(causal && kv_start + BLOCK_KV - 1 > q_start + warpgroup_row));
     };
-    // Masks the scores a tile can hide.
+    // Masks the scores a tile can hide. Its first line is needs_mask's test written out: a call
+    // to needs_mask there changes the schedule of the D = 64 kernel (lab notes 10).
     auto mask = [&](float (&s)[BLOCK_KV / 2], int kv_start) {
         if (kv_start + BLOCK_KV <= len_kv && !(causal && kv_start + BLOCK_KV - 1 > q_start + warpgroup_row))
             return;
