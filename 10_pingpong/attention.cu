@@ -26,12 +26,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// Exponentials per consumer thread and K/V tile on the FMA pipe at D = 64 (Tiling says why):
-// 0, 2, 4, 8, 16, 32 or 64 (lab notes 10 compare them; -DEXP2_ON_FMA_AT_D64=k builds another).
-#ifndef EXP2_ON_FMA_AT_D64
-#define EXP2_ON_FMA_AT_D64 8
-#endif
-
 // One kernel configuration. Warpgroup 0 is the producer; each consumer warpgroup owns 64 query
 // rows (wgmma's M). A tile of HEAD_DIM columns is stored as HEAD_DIM / 64 slabs of [rows][64]: a
 // 128-byte swizzled row holds 64 bf16, so wider heads take several slabs side by side.
@@ -49,13 +43,6 @@ struct Tiling {
     // consumers, 128 x 32 + 384 x 160 = 65,536 with three).
     static constexpr int PRODUCER_REGISTERS = CONSUMERS == 2 ? 24 : 32;
     static constexpr int CONSUMER_REGISTERS = CONSUMERS == 2 ? 240 : 160;
-    // Of the BLOCK_KV / 2 exponentials a consumer thread computes per K/V tile, how many go to
-    // the FMA pipe (poly_exp2) instead of the exponent unit (fast_exp2). At D = 64 a tile's
-    // exponentials take about as many cycles of the exponent unit as its GEMMs take of the
-    // tensor cores; at D = 128 a third (chapter 10, "How much softmax there is to hide").
-    static constexpr int EXP2_ON_FMA = HEAD_DIM == 64 ? EXP2_ON_FMA_AT_D64 : 0;
-    static_assert(EXP2_ON_FMA % 2 == 0 && BLOCK_KV / 2 % (EXP2_ON_FMA > 0 ? EXP2_ON_FMA : 1) == 0,
-                  "the same number in both rows, spread evenly over the tile");
     static constexpr uint32_t Q_BYTES = BLOCK_Q * HEAD_DIM * sizeof(bf16);
     static constexpr uint32_t KV_BYTES = BLOCK_KV * HEAD_DIM * sizeof(bf16);
     // + 1024: the tiles start on a 1024-byte boundary (the swizzle atom), rounded up in-kernel.
@@ -223,13 +210,6 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     float l[2] = {0.0f, 0.0f};
     const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
 
-    // Which exponentials go to the FMA pipe: of the 32 scores a thread holds in each row, the
-    // c-th (c = 2n + i: column 8n + fragment_column + i) when c % stride == stride - 1, so that
-    // EXP2_ON_FMA of its BLOCK_KV / 2 are spread evenly over the tile. Known when compiled.
-    auto on_fma = [](int n, int i) {
-        constexpr int stride = Config::EXP2_ON_FMA > 0 ? BLOCK_KV / 2 / Config::EXP2_ON_FMA : 1;
-        return Config::EXP2_ON_FMA > 0 && (2 * n + i) % stride == stride - 1;
-    };
     // Online softmax in FP32, in place: S becomes exp(scale * (S - m_new)); alpha is the factor
     // that moves O and l from the old running max to the new one.
     auto softmax = [&](float (&s)[BLOCK_KV / 2], float (&alpha)[2]) {
@@ -254,8 +234,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         for (int n = 0; n < BLOCK_KV / 8; ++n)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const float x = fmaf(s[4 * n + i], scale_log2, -max_offset[i / 2]);
-                s[4 * n + i] = on_fma(n, i % 2) ? poly_exp2(x) : fast_exp2(x);
+                s[4 * n + i] = fast_exp2(fmaf(s[4 * n + i], scale_log2, -max_offset[i / 2]));
                 l[i / 2] += s[4 * n + i];
             }
     };

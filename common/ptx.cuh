@@ -2,9 +2,7 @@
 // Every shared-memory operand is a 32-bit shared-window address (see smem_address).
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include <cuda_bf16.h>
 
@@ -115,57 +113,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-// 2^x without the exponent unit, computed on the FMA pipe (and one integer add), for the
-// softmax's x = s * scale_log2 - max_offset <= 0. The exponent unit does 16 exponentials per
-// clock and SM, the FMA pipe 128 FMAs, so where the exponentials bound a loop some of them can
-// move here (stage 10 at D = 64; lab notes 10 have the numbers).
-//   Range reduction: x = j + f with j = round(x), f in [-1/2, 1/2], both exact: adding
-//   1.5 * 2^23 leaves j in the low mantissa bits of t (floats there are 1 apart), and
-//   (t - 1.5 * 2^23) is j as a float. Then 2^x = 2^j * 2^f: 2^f by a polynomial that is exactly
-//   1 at f = 0, and j added to the exponent bits of the result ((bits(t) << 23) is j << 23
-//   modulo 2^32). Rounding to the nearest j keeps the row's maximum exact: its x is 0 up to a
-//   rounding error of either sign, which rounding down would send to f = 1 - tiny.
-//   The clamp at -127 makes -inf (masked scores) and NaN give +0, as does every x <= -127;
-//   between -127 and -126 the result is below 2^-126 (a subnormal), where ex2.approx.ftz gives
-//   0. Valid for x <= 126.
-//   The coefficients minimise the largest relative error of 1 + f (c1 + c2 f + ...) against 2^f
-//   on [-1/2, 1/2] (Remez: bench/experiments/exp2_fma_accuracy.cu, which also measures every
-//   float x in [-127, 0] and the test suite's checks): at degree 3 it is 1.0e-4, 39 times below
-//   bf16's rounding of P (2^-8).
-// On the host the same arithmetic (rint for the rounded add): bit for bit the device's.
-template <int DEGREE = 3>
-__host__ __device__ __forceinline__ float poly_exp2(float x) {
-    static_assert(DEGREE >= 2 && DEGREE <= 4, "poly_exp2: degree 2, 3 or 4");
-    constexpr float SHIFTER = 12582912.0f;  // 1.5 * 2^23
-    x = fmaxf(x, -127.0f);
-#ifdef __CUDA_ARCH__
-    const float t = __fadd_rn(x, SHIFTER);
-#else
-    const float t = SHIFTER + rintf(x);  // exact, as the device's rounded add is for |x| <= 2^22
-#endif
-    const float f = x - (t - SHIFTER);  // in [-1/2, 1/2], exact
-    float p;
-    if constexpr (DEGREE == 2) {
-        p = fmaf(fmaf(0x1.eb3dd4p-3f, f, 0x1.67e7fcp-1f), f, 1.0f);
-    } else if constexpr (DEGREE == 3) {
-        p = fmaf(fmaf(fmaf(0x1.c2a218p-5f, f, 0x1.f00c4cp-3f), f, 0x1.62f5fap-1f), f, 1.0f);
-    } else {
-        p = fmaf(fmaf(fmaf(fmaf(0x1.3a02ccp-7f, f, 0x1.c9fc46p-5f), f, 0x1.ec0378p-3f), f,
-                      0x1.62e12cp-1f), f, 1.0f);
-    }
-#ifdef __CUDA_ARCH__
-    return __int_as_float((__float_as_int(t) << 23) + __float_as_int(p));
-#else
-    uint32_t t_bits, p_bits;
-    memcpy(&t_bits, &t, 4);
-    memcpy(&p_bits, &p, 4);
-    const uint32_t bits = (t_bits << 23) + p_bits;
-    float result;
-    memcpy(&result, &bits, 4);
-    return result;
-#endif
 }
 
 // ---- code generation -----------------------------------------------------------------------

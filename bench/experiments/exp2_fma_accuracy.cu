@@ -1,17 +1,20 @@
-// How accurate is poly_exp2 (common/ptx.cuh), the exponential that stage 10 computes on the FMA
-// pipe at D = 64, and is that accurate enough for the softmax? No GPU needed for parts 1-3.
+// How accurate is poly_exp2 (below), the exponential that a variant of stage 10 computed on the
+// FMA pipe at D = 64, and is that accurate enough for the softmax? No GPU needed for parts 1-3.
+// The variant was timed on an H100 and dropped (lab notes 10, "Exponentials on the FMA pipe at
+// D = 64"; the kernel change is docs/profiles/10_pingpong/variant-exp2-on-fma.patch, where
+// poly_exp2 sat in common/ptx.cuh); poly_exp2 lives here since, unchanged.
 //
 //   1. The polynomial: Remez fits of 1 + f (c1 + c2 f + ...) to 2^f on [0, 1], minimising the
 //      largest relative error, for degrees 1 to 5 (long double), and whether the float
-//      coefficients in common/ptx.cuh are these fits rounded to float.
+//      coefficients in poly_exp2 are these fits rounded to float.
 //   2. The function as compiled, on every float x in [-127, 0] (and -inf, NaN, a few x > 0):
 //      poly_exp2<2>, <3>, <4> on the host, whose arithmetic is the device's bit for bit
-//      (ptx.cuh says why), against exp2 in double; beside it the documented bound of the
-//      hardware's ex2.approx.ftz.f32 (PTX ISA: 2 ulp from the correctly rounded result) and
-//      bf16's rounding of P.
+//      (poly_exp2's comment says why), against exp2 in double; beside it the documented bound
+//      of the hardware's ex2.approx.ftz.f32 (PTX ISA: 2 ulp from the correctly rounded result)
+//      and bf16's rounding of P.
 //   3. What the suite's checks would see: the forward of stage 10's D = 64 kernel emulated on
 //      the host (tiles of 128 keys, online softmax in FP32, P rounded to bf16 for P V, l summed
-//      in FP32, O rounded to bf16), its exponentials taken from poly_exp2 on the kernel's
+//      in FP32, O rounded to bf16), its exponentials taken from poly_exp2 on the variant's
 //      columns, against the FP64 reference of the suite, on the suite's shapes: O's relative
 //      L2 error against 1e-2 and against twice a plain bf16 implementation's, LSE's against
 //      1e-5 (relative L2, or 1e-5 absolute).
@@ -21,7 +24,9 @@
 //      skipped without one.
 //
 // make -C bench/experiments exp2_fma_accuracy; build/experiments/exp2_fma_accuracy
-// (docs/profiles/10_pingpong/exp2-fma-accuracy.txt is its output).
+// (docs/profiles/10_pingpong/exp2-fma-accuracy.txt, without a GPU, and exp2-fma-accuracy-h100.txt
+// are its output, printed while poly_exp2 was in common/ptx.cuh: their labels say "ptx.cuh" and
+// "(stage 10)" where the program now says "poly_exp2" and "(variant)").
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -36,10 +41,62 @@
 
 #include "attention.h"
 #include "harness.h"
-#include "ptx.cuh"
+#include "ptx.cuh"  // fast_exp2, the hardware exponential of part 4
 #include "reference.h"
 
 namespace {
+
+// 2^x without the exponent unit, computed on the FMA pipe (and one integer add), for the
+// softmax's x = s * scale_log2 - max_offset <= 0. The exponent unit does 16 exponentials per
+// clock and SM, the FMA pipe 128 FMAs, so where the exponentials bound a loop some of them could
+// move here (tried in stage 10 at D = 64, and slower: lab notes 10 have the numbers).
+//   Range reduction: x = j + f with j = round(x), f in [-1/2, 1/2], both exact: adding
+//   1.5 * 2^23 leaves j in the low mantissa bits of t (floats there are 1 apart), and
+//   (t - 1.5 * 2^23) is j as a float. Then 2^x = 2^j * 2^f: 2^f by a polynomial that is exactly
+//   1 at f = 0, and j added to the exponent bits of the result ((bits(t) << 23) is j << 23
+//   modulo 2^32). Rounding to the nearest j keeps the row's maximum exact: its x is 0 up to a
+//   rounding error of either sign, which rounding down would send to f = 1 - tiny.
+//   The clamp at -127 makes -inf (masked scores) and NaN give +0, as does every x <= -127;
+//   between -127 and -126 the result is below 2^-126 (a subnormal), where ex2.approx.ftz gives
+//   0. Valid for x <= 126.
+//   The coefficients minimise the largest relative error of 1 + f (c1 + c2 f + ...) against 2^f
+//   on [-1/2, 1/2] (Remez: part 1 below, which prints them; part 2 measures every float x in
+//   [-127, 0], part 3 the test suite's checks): at degree 3 it is 1.0e-4, 39 times below bf16's
+//   rounding of P (2^-8).
+// On the host the same arithmetic (rint for the rounded add): bit for bit the device's, when
+// the host's arithmetic is not contracted into FMAs (the Makefile builds with -ffp-contract=off).
+template <int DEGREE = 3>
+__host__ __device__ __forceinline__ float poly_exp2(float x) {
+    static_assert(DEGREE >= 2 && DEGREE <= 4, "poly_exp2: degree 2, 3 or 4");
+    constexpr float SHIFTER = 12582912.0f;  // 1.5 * 2^23
+    x = fmaxf(x, -127.0f);
+#ifdef __CUDA_ARCH__
+    const float t = __fadd_rn(x, SHIFTER);
+#else
+    const float t = SHIFTER + rintf(x);  // exact, as the device's rounded add is for |x| <= 2^22
+#endif
+    const float f = x - (t - SHIFTER);  // in [-1/2, 1/2], exact
+    float p;
+    if constexpr (DEGREE == 2) {
+        p = fmaf(fmaf(0x1.eb3dd4p-3f, f, 0x1.67e7fcp-1f), f, 1.0f);
+    } else if constexpr (DEGREE == 3) {
+        p = fmaf(fmaf(fmaf(0x1.c2a218p-5f, f, 0x1.f00c4cp-3f), f, 0x1.62f5fap-1f), f, 1.0f);
+    } else {
+        p = fmaf(fmaf(fmaf(fmaf(0x1.3a02ccp-7f, f, 0x1.c9fc46p-5f), f, 0x1.ec0378p-3f), f,
+                      0x1.62e12cp-1f), f, 1.0f);
+    }
+#ifdef __CUDA_ARCH__
+    return __int_as_float((__float_as_int(t) << 23) + __float_as_int(p));
+#else
+    uint32_t t_bits, p_bits;
+    std::memcpy(&t_bits, &t, 4);
+    std::memcpy(&p_bits, &p, 4);
+    const uint32_t bits = (t_bits << 23) + p_bits;
+    float result;
+    std::memcpy(&result, &bits, 4);
+    return result;
+#endif
+}
 
 // ---- 1. Remez --------------------------------------------------------------------------------
 
@@ -140,7 +197,7 @@ Real mean_error(const std::vector<Real>& c, Real lo, Real hi) {
     return sum / samples;
 }
 
-// The coefficients c1, c2, ... of ptx.cuh's poly_exp2<DEGREE>, as written there.
+// The coefficients c1, c2, ... of poly_exp2<DEGREE>, as written there.
 std::vector<float> header_coefficients(int degree) {
     if (degree == 2) return {0x1.67e7fcp-1f, 0x1.eb3dd4p-3f};
     if (degree == 3) return {0x1.62f5fap-1f, 0x1.f00c4cp-3f, 0x1.c2a218p-5f};
@@ -148,7 +205,7 @@ std::vector<float> header_coefficients(int degree) {
 }
 
 // The degree-3 fit on [0, 1], for the comparison rows: the reduction that rounds x down
-// (j = floor(x), f = x - j in [0, 1)), as FlashAttention-4 describes its emulation; ptx.cuh
+// (j = floor(x), f = x - j in [0, 1)), as FlashAttention-4 describes its emulation; poly_exp2
 // rounds to the nearest instead. Filled by part 1.
 float floor_coefficients[3];
 
@@ -185,7 +242,7 @@ void part_remez() {
                 const std::vector<float> used = header_coefficients(degree);
                 bool same = used.size() == c.size();
                 for (size_t k = 0; same && k < c.size(); ++k) same = used[k] == float(c[k]);
-                std::printf("  ptx.cuh: %s", same ? "these, rounded to float" : "DIFFERENT");
+                std::printf("  poly_exp2: %s", same ? "these, rounded to float" : "DIFFERENT");
             }
             if (!nearest && degree == 3)
                 for (int k = 0; k < 3; ++k) floor_coefficients[k] = float(c[size_t(k)]);
@@ -282,7 +339,7 @@ void part_sweep() {
                 std::sqrt(rounded.sum_squared / double(rounded.normal)), rounded.max_absolute_low,
                 100.0 * double(rounded.bf16_differs) / double(rounded.normal), rounded.nonzero_at_or_below);
     sweep_line("poly_exp2<2>", [](float x) { return poly_exp2<2>(x); });
-    sweep_line("poly_exp2<3> (stage 10)", [](float x) { return poly_exp2<3>(x); });
+    sweep_line("poly_exp2<3> (variant)", [](float x) { return poly_exp2<3>(x); });
     sweep_line("poly_exp2<4>", [](float x) { return poly_exp2<4>(x); });
     sweep_line("degree 3, x rounded down", floor_exp2);
     // PTX ISA, ex2: "The maximum ulp error is 2 ulp from correctly rounded result across the full
@@ -308,8 +365,9 @@ constexpr int BLOCK_KV = 128;  // Tiling64's keys per tile
 
 // Does the kernel compute the exponential of tile column `column` on the FMA pipe, with
 // `per_thread` of a thread's 64 scores per tile there? A thread holds 32 columns of each of its
-// two rows: 8n + 2 (lane % 4) + i, i.e. its c-th = 2n + i, and stage 10 puts c = 32/q - 1,
-// 2 * 32/q - 1, ... on the FMA pipe, q = per_thread / 2 of each row (attention.cu, on_fma).
+// two rows: 8n + 2 (lane % 4) + i, i.e. its c-th = 2n + i, and the variant puts c = 32/q - 1,
+// 2 * 32/q - 1, ... on the FMA pipe, q = per_thread / 2 of each row (on_fma in
+// docs/profiles/10_pingpong/variant-exp2-on-fma.patch).
 bool on_fma(int column, int per_thread) {
     if (per_thread == 0) return false;
     const int c = 2 * (column / 8) + column % 2;
@@ -379,7 +437,7 @@ void part_suite() {
     std::printf("O: relative L2 <= 1e-2 and <= 2 x plain bf16 + 1e-6; LSE: relative L2 <= 1e-5 or max abs <= 1e-5.\n"
                 "Shapes: 1x1xNxN for N in the suite's edge lengths and 1x2x4099x4099, causal and not, D = 64,\n"
                 "inputs randn + 0.5 rounded to bf16 (the suite's), three seeds each. Per thread and tile of 128 keys\n"
-                "k of the 64 scores take poly_exp2 (columns as in attention.cu); k = 0 is the kernel as committed.\n");
+                "k of the 64 scores take poly_exp2 (columns as in the variant); k = 0 is the kernel as committed.\n");
     std::vector<AttentionShape> shapes;
     for (bool causal : {false, true}) {
         for (int n : {1, 2, 17, 63, 64, 65, 127, 128, 129, 1000}) shapes.push_back(make_shape(1, 1, n, n, 64, causal));
