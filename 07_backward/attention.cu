@@ -966,7 +966,10 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
 }  // namespace
 
 const StageCapabilities& stage_capabilities() {
-    // 16-byte alignment: every cp.async moves 16 bytes.
+    // 16-byte alignment: every cp.async moves 16 bytes. No deterministic backward
+    // (deterministic_backward stays false, so validate_backward refuses deterministic = true):
+    // the blocks add their dQ, their warps the dS row sums, and key_sum_kernel's blocks the K
+    // column sums into device memory in no fixed order. Stage 11 orders its sums.
     static const StageCapabilities caps{"07_backward", "bf16", {64, 128}, MAX_LENGTH,
                                         MAX_LENGTH, true, /*backward=*/true, 16};
     return caps;

@@ -7,7 +7,8 @@
 // turns at issuing their wgmma, as stage 10's do, so that one's elementwise work runs under the
 // other's GEMMs. dQ is summed in FP32 in device memory by the copy engine
 // (cp.reduce.async.bulk), so no consumer ever waits for another block; a last kernel scales it
-// and rounds it to bf16. The forward that produces O and
+// and rounds it to bf16. With AttentionShape::deterministic the blocks add in a fixed order
+// instead, each waiting for its turn (DeterministicSums). The forward that produces O and
 // LSE is stage 10's, verbatim (bench/check_forward_copy.py checks that it stays so).
 #include <algorithm>
 #include <climits>
@@ -526,6 +527,29 @@ struct BackwardTiling {
     static constexpr uint32_t DS_BYTES = BLOCK_KV * BLOCK_Q * sizeof(bf16);  // both halves of dS^T
     static constexpr uint32_t DQ_BYTES = 64 * 64 * sizeof(float);            // one consumer's piece
     static constexpr uint32_t ONES_BYTES = 8 * 64 * sizeof(bf16);            // the tile of ones
+    static constexpr bool DETERMINISTIC = false;  // the adds into device memory in any order
+};
+
+// The same kernel for AttentionShape::deterministic: every sum in device memory is added in a
+// fixed order (DeterministicSums). A type of its own, and every difference under
+// `if constexpr (Config::DETERMINISTIC)`, so that the default kernel keeps its instructions
+// (lab notes 11: the same SASS as before the mode, the unused DeterministicSums parameter apart).
+template <int HEAD_DIM_>
+struct DeterministicBackwardTiling : BackwardTiling<HEAD_DIM_> {
+    static constexpr bool DETERMINISTIC = true;
+};
+
+// What the deterministic kernel orders its sums with, in the workspace (the default kernel gets
+// null pointers and reads none of them). dQ: each consumer's chain of adds into a query tile,
+// key block after key block, each block waiting until the semaphore says the blocks before it
+// have added. The dS row sums go with dQ, one array per consumer, so that each address has one
+// chain; the K column sums are stored per block and consumer, and backward_fold_sums_kernel adds
+// both up in order.
+struct DeterministicSums {
+    uint32_t* block_counter;  // hands the blocks their (head, key block) in the order they start
+    uint32_t* dq_semaphores;  // [head][query tile][consumer]: how many key blocks have added
+    float* second_rowsum;     // consumer 1's dS row sums (consumer 0's go to ds_rowsum)
+    float* key_partials;      // [head][key block][consumer][HEAD_DIM]: K column sums
 };
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
@@ -649,14 +673,38 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
     }
 }
 
+// Deterministic mode, between the backward kernel and the conversion: consumer 1's dS row sums
+// added to consumer 0's, and each head's K column sums from its blocks' partial sums, key block
+// after key block (the default kernel adds both in device memory as it goes, in any order).
+constexpr int FOLD_THREADS = 256;
+
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(FOLD_THREADS)
+backward_fold_sums_kernel(float* __restrict__ ds_rowsum, const float* __restrict__ second_rowsum,
+                          int64_t padded_rows, float* __restrict__ key_sum,
+                          const float* __restrict__ key_partials, int64_t batch_heads,
+                          int partials_per_head) {
+    const int64_t stride = int64_t(gridDim.x) * FOLD_THREADS;
+    const int64_t first = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x;
+    for (int64_t row = first; row < padded_rows; row += stride) ds_rowsum[row] += second_rowsum[row];
+    for (int64_t i = first; i < batch_heads * HEAD_DIM; i += stride) {
+        const int64_t head = i / HEAD_DIM;
+        const float* partial = key_partials + head * partials_per_head * HEAD_DIM + i % HEAD_DIM;
+        float sum = 0.0f;
+        for (int p = 0; p < partials_per_head; ++p) sum += partial[int64_t(p) * HEAD_DIM];
+        key_sum[i] = sum;
+    }
+}
+
 // The backward kernel, by role. flash_backward_kernel (at the end) sets up the block
 // (BackwardBlock) and hands its warpgroups to their roles: the producer (backward_producer) and
 // the two consumers (backward_consumer, which walks the query tiles with the steps of
 // ConsumerWarpgroup). Every function is forceinline: ptxas serializes a wgmma pipeline that
 // crosses a call.
 
-// One block of the backward: BLOCK_KV keys of one (batch, head), blockIdx.x = head * kv_tiles +
-// key tile. What its producer and its consumers both read: where the tiles lie in shared
+// One block of the backward: BLOCK_KV keys of one (batch, head), its linear index head *
+// kv_tiles + key tile (blockIdx.x; in deterministic mode the order the block started in). What
+// its producer and its consumers both read: where the tiles lie in shared
 // memory, the ring's mbarriers, the block's keys and query tiles, and who this thread is.
 struct BackwardBlock {
     unsigned char* base;  // the dynamic shared memory from its first 1024-byte boundary
@@ -686,7 +734,8 @@ struct BackwardBlock {
 template <class Config>
 __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
                                                              uint64_t* q_full, uint64_t* q_empty,
-                                                             int kv_tiles, int q_tiles, bool causal) {
+                                                             int kv_tiles, int q_tiles, bool causal,
+                                                             int linear_block) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
     BackwardBlock block;
     block.base = base;
@@ -700,8 +749,8 @@ __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base
     block.kv_full = kv_full;
     block.q_full = q_full;
     block.q_empty = q_empty;
-    block.head = int(blockIdx.x) / kv_tiles;
-    block.kv_start = (int(blockIdx.x) % kv_tiles) * Config::BLOCK_KV;
+    block.head = linear_block / kv_tiles;
+    block.kv_start = (linear_block % kv_tiles) * Config::BLOCK_KV;
     block.q_tiles = q_tiles;
     // Read from lane 0 so that the compiler knows it is the same across the warp and keeps what
     // is derived from it (descriptors) in uniform registers.
@@ -826,6 +875,14 @@ struct ConsumerWarpgroup : BackwardBlock {
     bool lagging;  // consumer 0: its piece of dQ comes a tile late
     // end excerpt
 
+    // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's
+    // semaphore of the head's first query tile (the next tile's is CONSUMERS further), its
+    // block's place in every chain (its key block: the blocks whose keys a query tile sees are
+    // always key blocks 0, 1, ...), and its row of K column sums.
+    uint32_t* dq_semaphores;
+    uint32_t dq_turn;
+    float* key_partial;
+
     // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
     // error enters every dS_ij as -P_ij times delta_i's error, which dQ = dS K multiplies by the
     // large common part of K (the inputs' mean). In exact arithmetic rowsum(dS) = 0, so
@@ -838,7 +895,10 @@ struct ConsumerWarpgroup : BackwardBlock {
             for (int row = key_row; row < key_row + 64; ++row)  // this consumer's keys; past len_kv, zeros
                 sum += __bfloat162float(k_tile[(column / 64) * BLOCK_KV * 64 + row * 64 +
                                                (((column % 64) / 8) ^ (row % 8)) * 8 + column % 8]);
-            atomicAdd(key_sum + head * HEAD_DIM + column, sum);
+            if constexpr (Config::DETERMINISTIC)
+                key_partial[column] = sum;  // summed in block order by backward_fold_sums_kernel
+            else
+                atomicAdd(key_sum + head * HEAD_DIM + column, sum);
         }
         named_barrier_sync(1 + warpgroup, 128);  // read before the epilogue overwrites these rows
     }
@@ -1055,6 +1115,35 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
+    // hand_over_dq, in deterministic mode in this block's turn: its leader waits until the
+    // consumers of key blocks 0 .. dq_turn - 1 have added into the tile (the semaphore reads
+    // dq_turn), lets hand_over_dq issue the reduce-add, waits until the adds are complete and
+    // visible, and passes the turn on (dq_turn + 1). The lab notes say why each fence is there
+    // and why no block can wait forever.
+    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
+        if constexpr (Config::DETERMINISTIC) {
+            uint32_t* semaphore = dq_semaphores + int64_t(q_tile) * Config::CONSUMERS;
+            if (threadIdx.x % 128 == 0) {
+                while (load_acquire_gpu(semaphore) != dq_turn) {
+                }
+                // The acquire is a generic-proxy read; the reduce-add reads and writes through
+                // the async proxy: order them.
+                fence_proxy_async_global();
+            }
+            hand_over_dq(dq, ds_sum, q_tile);
+            if (threadIdx.x % 128 == 0) {
+                // Complete, not only read (.read would let the next block's add overtake this
+                // one's writes). Completion implies a generic-async proxy fence (PTX ISA, "Async
+                // proxy"); the explicit one says so where the code relies on it.
+                bulk_wait<0>();
+                fence_proxy_async_global();
+                store_release_gpu(semaphore, dq_turn + 1);
+            }
+        } else {
+            hand_over_dq(dq, ds_sum, q_tile);
+        }
+    }
+
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq and ds_sum.
     __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum) const {
@@ -1069,7 +1158,7 @@ struct ConsumerWarpgroup : BackwardBlock {
         fence_registers(dq);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
-        hand_over_dq(dq, ds_sum, q_tiles - 1);
+        hand_over_dq_in_turn(dq, ds_sum, q_tiles - 1);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1105,7 +1194,7 @@ struct ConsumerWarpgroup : BackwardBlock {
 template <class Config>
 __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     const BackwardBlock& block, float* dq_accumulator, float* ds_rowsum, int len_q, int len_kv, int kv_tiles,
-    float scale, bool causal) {
+    float scale, bool causal, DeterministicSums sums) {
     using Consumer = ConsumerWarpgroup<Config>;
     using Shared = BackwardSharedLayout<Config>;
     constexpr int BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV, SLABS = Config::SLABS;
@@ -1137,6 +1226,15 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     consumer.exact_delta = kv_tiles == 1;
     consumer.delta_partials = reinterpret_cast<float*>(block.base + Shared::DELTA_PARTIALS);
     consumer.lagging = warpgroup == 0;
+    if constexpr (Config::DETERMINISTIC) {
+        const int kv_block = block.kv_start / BLOCK_KV;
+        if (warpgroup == 1) consumer.ds_rowsum = sums.second_rowsum;
+        consumer.dq_semaphores =
+            sums.dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + warpgroup;
+        consumer.dq_turn = uint32_t(kv_block);
+        consumer.key_partial =
+            sums.key_partials + ((int64_t(block.head) * kv_tiles + kv_block) * Config::CONSUMERS + warpgroup) * Config::HEAD_DIM;
+    }
     return consumer;
 }
 
@@ -1147,13 +1245,14 @@ template <class Config>
 __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, const CUtensorMap& dk_map,
                                                   const CUtensorMap& dv_map, float* dq_accumulator,
                                                   float* ds_rowsum, float* key_sum, int len_q, int len_kv,
-                                                  int kv_tiles, float scale, bool causal) {
+                                                  int kv_tiles, float scale, bool causal,
+                                                  DeterministicSums sums) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, STAGES = Config::STAGES;
     constexpr int Q_STEPS = BLOCK_Q / 16;
     TIMELINE_BEGIN;  // the phase stamps (common/timeline.cuh): nothing unless measured
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_START, block.first_q_tile);
     const ConsumerWarpgroup<Config> consumer =
-        make_consumer_warpgroup<Config>(block, dq_accumulator, ds_rowsum, len_q, len_kv, kv_tiles, scale, causal);
+        make_consumer_warpgroup<Config>(block, dq_accumulator, ds_rowsum, len_q, len_kv, kv_tiles, scale, causal, sums);
     float dk[HEAD_DIM / 2] = {};
     float dv[HEAD_DIM / 2] = {};
     mbarrier_wait(block.kv_full, 0);
@@ -1207,7 +1306,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.release_stage(dk, dv, dq, ds_sum, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         if (has_dq) {
-            consumer.hand_over_dq(dq, ds_sum, consumer.lagging ? q_tile - 1 : q_tile);
+            consumer.hand_over_dq_in_turn(dq, ds_sum, consumer.lagging ? q_tile - 1 : q_tile);
         } else {
             // No piece yet, but the same two barriers: racecheck takes an exchange between warps
             // that have passed different numbers of barriers for a race even where a barrier
@@ -1229,7 +1328,18 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
-// One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
+// Deterministic mode: the block's linear index (head * kv_tiles + key tile) is the number of
+// blocks that started before it, not blockIdx.x. A block then waits only for blocks that are
+// running or done, whatever order the hardware starts blocks in (lab notes 11).
+__device__ __forceinline__ int claim_block_index(uint32_t* block_counter) {
+    __shared__ int index;
+    if (threadIdx.x == 0) index = int(atomicAdd(block_counter, 1u));
+    __syncthreads();
+    return index;
+}
+
+// One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile (in
+// deterministic mode, the order in which the blocks start).
 template <class Config>
 __global__ void __launch_bounds__(Config::THREADS, 1)
 flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -1238,7 +1348,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                       const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                       float* __restrict__ dq_accumulator, float* __restrict__ ds_rowsum,
                       float* __restrict__ key_sum, int len_q, int len_kv, int kv_tiles,
-                      int q_tiles, float scale, bool causal) {
+                      int q_tiles, float scale, bool causal, const DeterministicSums sums) {
     constexpr int STAGES = Config::STAGES, CONSUMER_WARPS = 4 * Config::CONSUMERS;
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
@@ -1250,7 +1360,10 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // pointer below is into shared memory: LDS and STS, not generic loads and stores.
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
-    const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles, causal);
+    int linear_block = int(blockIdx.x);
+    if constexpr (Config::DETERMINISTIC) linear_block = claim_block_index(sums.block_counter);
+    const BackwardBlock block =
+        make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles, causal, linear_block);
 
     if (threadIdx.x == 0) {
         mbarrier_init(&kv_full, 1);
@@ -1272,7 +1385,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
     backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
-                              kv_tiles, scale, causal);
+                              kv_tiles, scale, causal, sums);
 }
 
 // A [count] FP32 vector read in boxes of box_count, seen as a [1][count] tensor (the encoder
@@ -1295,28 +1408,43 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
 
 // The workspace, in FP32: per query row (padded to whole tiles) delta and LSE log2 e, then
 // what is summed by atomics and so starts at zero: the dS row sums, the K column sums per head,
-// and the dQ accumulator (64-row blocks of every query tile).
+// and the dQ accumulator (64-row blocks of every query tile). Deterministic mode adds the
+// K column sums per block and consumer (written whole, before the zeroed part), consumer 1's
+// dS row sums, and the semaphores with the block counter (zeroed): DeterministicSums.
 struct BackwardWorkspace {
-    size_t delta_offset = 0, lse_offset = 0, rowsum_offset = 0, key_sum_offset = 0, dq_offset = 0,
+    size_t delta_offset = 0, lse_offset = 0, key_partials_offset = 0, rowsum_offset = 0,
+           key_sum_offset = 0, dq_offset = 0, second_rowsum_offset = 0, semaphore_offset = 0,
            total = 0;
+    size_t semaphores = 0;  // deterministic: one per (head, query tile, consumer), then the counter
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
         const size_t block_q = shape.head_dim == 64 ? BackwardTiling<64>::BLOCK_Q : BackwardTiling<128>::BLOCK_Q;
-        const size_t padded_rows = heads * ((size_t(shape.len_q) + block_q - 1) / block_q) * block_q;
+        static_assert(BackwardTiling<64>::BLOCK_KV == BackwardTiling<128>::BLOCK_KV, "one key tile");
+        constexpr size_t block_kv = BackwardTiling<64>::BLOCK_KV, consumers = BackwardTiling<64>::CONSUMERS;
+        const size_t q_tiles = (size_t(shape.len_q) + block_q - 1) / block_q;
+        const size_t kv_tiles = (size_t(shape.len_kv) + block_kv - 1) / block_kv;
+        const size_t padded_rows = heads * q_tiles * block_q;
+        const bool deterministic = shape.deterministic;
         auto bytes = [](size_t floats) { return (floats * sizeof(float) + 255) / 256 * 256; };
         lse_offset = delta_offset + bytes(padded_rows);
-        rowsum_offset = lse_offset + bytes(padded_rows);
+        key_partials_offset = lse_offset + bytes(padded_rows);
+        rowsum_offset = key_partials_offset +
+                        (deterministic ? bytes(heads * kv_tiles * consumers * size_t(shape.head_dim)) : 0);
         key_sum_offset = rowsum_offset + bytes(padded_rows);
         dq_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
-        total = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
+        second_rowsum_offset = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
+        semaphore_offset = second_rowsum_offset + (deterministic ? bytes(padded_rows) : 0);
+        semaphores = deterministic ? heads * q_tiles * consumers + 1 : 0;
+        static_assert(sizeof(uint32_t) == sizeof(float), "the semaphores counted in floats' bytes");
+        total = semaphore_offset + (deterministic ? bytes(semaphores) : 0);
     }
 };
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, bool DETERMINISTIC>
 void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
                      const bf16* dout, bf16* dq, bf16* dk, bf16* dv, const AttentionShape& shape,
                      cudaStream_t stream) {
-    using Config = BackwardTiling<HEAD_DIM>;
+    using Config = std::conditional_t<DETERMINISTIC, DeterministicBackwardTiling<HEAD_DIM>, BackwardTiling<HEAD_DIM>>;
     using Shared = BackwardSharedLayout<Config>;
     const int batch_heads = shape.batch * shape.heads;
     const int kv_tiles = ceil_div(shape.len_kv, Config::BLOCK_KV);
@@ -1340,6 +1468,14 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     float* key_sum = reinterpret_cast<float*>(scratch + layout.key_sum_offset);
     float* dq_accumulator = reinterpret_cast<float*>(scratch + layout.dq_offset);
     const int64_t padded_rows = int64_t(batch_heads) * q_tiles * Config::BLOCK_Q;
+    DeterministicSums sums{};  // all null in the default mode
+    if (DETERMINISTIC) {
+        auto* semaphores = reinterpret_cast<uint32_t*>(scratch + layout.semaphore_offset);
+        sums.dq_semaphores = semaphores;
+        sums.block_counter = semaphores + (layout.semaphores - 1);
+        sums.second_rowsum = reinterpret_cast<float*>(scratch + layout.second_rowsum_offset);
+        sums.key_partials = reinterpret_cast<float*>(scratch + layout.key_partials_offset);
+    }
 
     CUDA_CHECK(cudaMemsetAsync(ds_rowsum, 0, layout.total - layout.rowsum_offset, stream));
     const int preprocess_blocks = int(std::min<int64_t>((padded_rows + 7) / 8, 65536));
@@ -1360,8 +1496,17 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                     int(Shared::BYTES)));
     kernel<<<unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream>>>(
         q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map, dq_accumulator, ds_rowsum,
-        key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal);
+        key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal, sums);
     CUDA_CHECK_LAUNCH();
+
+    if (DETERMINISTIC) {
+        const int64_t items = std::max<int64_t>(padded_rows, int64_t(batch_heads) * HEAD_DIM);
+        const int fold_blocks = int(std::min<int64_t>((items + FOLD_THREADS - 1) / FOLD_THREADS, 65536));
+        backward_fold_sums_kernel<HEAD_DIM><<<fold_blocks, FOLD_THREADS, 0, stream>>>(
+            ds_rowsum, sums.second_rowsum, padded_rows, key_sum, sums.key_partials, batch_heads,
+            kv_tiles * Config::CONSUMERS);
+        CUDA_CHECK_LAUNCH();
+    }
 
     const int64_t float4s = padded_rows * HEAD_DIM / 4;
     const int convert_blocks = int(std::min<int64_t>((float4s + 255) / 256, 65536));
@@ -1376,8 +1521,10 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
 const StageCapabilities& stage_capabilities() {
     // 16-byte alignment: TMA needs the tensors' base addresses on 16-byte boundaries.
     // Compute capability 9.0: wgmma and TMA exist on Hopper only.
+    // Deterministic backward: dQ and the sums that go with it added in a fixed order.
     static const StageCapabilities caps{"11_hopper_backward", "bf16", {64, 128}, MAX_LENGTH,
-                                        MAX_LENGTH, true, /*backward=*/true, 16, 90};
+                                        MAX_LENGTH, true, /*backward=*/true, 16, 90,
+                                        /*deterministic_backward=*/true};
     return caps;
 }
 
@@ -1402,8 +1549,12 @@ void attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16*
                         const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv,
                         const AttentionShape& shape, cudaStream_t stream) {
     validate_backward(shape, stage_capabilities(), q, k, v, o, lse, dout, dq, dk, dv);
-    if (shape.head_dim == 64)
-        launch_backward<64>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+    if (shape.head_dim == 64 && shape.deterministic)
+        launch_backward<64, true>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+    else if (shape.head_dim == 64)
+        launch_backward<64, false>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+    else if (shape.deterministic)
+        launch_backward<128, true>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
     else
-        launch_backward<128>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+        launch_backward<128, false>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
 }

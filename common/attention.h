@@ -23,6 +23,14 @@ struct AttentionShape {
     int head_dim = 64;
     bool causal = false;  // top-left aligned, as PyTorch's is_causal: query i sees key j iff j <= i
     float scale = 0.0f;   // 0 selects the default, 1/sqrt(head_dim); at most 2^16 (validate.h)
+    // Bit-identical results from run to run, at some cost in speed. Every forward already is
+    // (each output element is summed by one block in a fixed order), so the forward accepts it
+    // and changes nothing. The backward sums dQ over blocks in device memory: a stage whose
+    // capabilities say deterministic_backward then adds in a fixed order; any other backward
+    // refuses the shape (std::invalid_argument). A field of the shape, not a flag of the
+    // launcher, because the backward's workspace depends on it and
+    // attention_backward_workspace_bytes sees only the shape.
+    bool deterministic = false;
 
     float softmax_scale() const;
     int64_t q_elements() const { return int64_t(batch) * heads * len_q * head_dim; }
@@ -51,6 +59,9 @@ struct StageCapabilities {
     // kernels use Hopper-only instructions (wgmma, setmaxnreg; built for sm_90a alone) and run
     // only on a GPU of compute capability 9.0.
     int compute_capability = 0;
+    // The backward honours AttentionShape::deterministic (bit-identical dQ, dK, dV run to run);
+    // without it, a backward with deterministic = true is refused by validate_backward.
+    bool deterministic_backward = false;
 };
 
 // ---- defined by every stage -------------------------------------------------------------

@@ -348,6 +348,24 @@ struct Wgmma<192> {
 };
 // ---- end of generated Wgmma<N> ----
 
+// ---- ordering between blocks (stage 11's deterministic dQ) ------------------------------------
+// A load that acquires and a store that releases, at GPU scope: what a thread wrote or saw
+// before its release is visible to a thread of another block after an acquire that reads the
+// released value. The address is a global one (cudaMalloc), passed as a generic pointer.
+__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t* address) {
+    uint32_t value;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+    return value;
+}
+__device__ __forceinline__ void store_release_gpu(uint32_t* address, uint32_t value) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
+}
+// Orders this thread's accesses to global memory through the generic proxy (ordinary loads and
+// stores) with those through the async proxy (the copy engine: cp.reduce.async.bulk), both ways.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 // ---- warp specialization -------------------------------------------------------------------
 // Moves registers between warpgroups: a producer that only issues copies gives registers back,
 // the consumers take them. Takes effect only in a kernel compiled with a register cap

@@ -27,6 +27,7 @@ std::string AttentionShape::to_string() const {
     out << "B=" << batch << " H=" << heads << " Lq=" << len_q << " Lk=" << len_kv
         << " D=" << head_dim << (causal ? " causal" : "");
     if (scale != 0.0f) out << " scale=" << scale;
+    if (deterministic) out << " deterministic";
     return out.str();
 }
 

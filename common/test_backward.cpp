@@ -219,7 +219,70 @@ bool fits(int len_q, int len_kv) {
     return len_q <= caps.max_len_q && len_kv <= caps.max_len_kv;
 }
 
+// deterministic = true: `runs` backward passes on the same inputs, the first within the
+// tolerance of the FP64 reference, every later one the same bit for bit (dQ, dK, dV, with the
+// guard elements after their ends).
+void check_deterministic(AttentionShape shape, int runs) {
+    shape.deterministic = true;
+    const BackwardCase backward(shape);
+    INFO(backward.describe());
+    const Gradients first = backward.run();
+    backward.check(first);
+    for (int run = 2; run <= runs; ++run) {
+        INFO("run ", run, " of ", runs);
+        const Gradients again = backward.run();
+        CHECK_MESSAGE(same_bits(again.dq, first.dq), "dq differs from the first run's");
+        CHECK_MESSAGE(same_bits(again.dk, first.dk), "dk differs from the first run's");
+        CHECK_MESSAGE(same_bits(again.dv, first.dv), "dv differs from the first run's");
+    }
+}
+
+// A stage without a deterministic backward refuses deterministic = true by name, on real
+// device buffers, and writes nothing.
+void check_deterministic_refused() {
+    const StageCapabilities& caps = stage_capabilities();
+    AttentionShape shape = make_shape(2, 2, 200, 333, caps.head_dims.front(), caps.causal);
+    shape.deterministic = true;
+    DeviceBuffer<Element> q(size_t(shape.q_elements())), k(size_t(shape.kv_elements())),
+        v(size_t(shape.kv_elements())), o(size_t(shape.q_elements())),
+        dout(size_t(shape.q_elements())), dq(size_t(shape.q_elements())),
+        dk(size_t(shape.kv_elements())), dv(size_t(shape.kv_elements()));
+    DeviceBuffer<float> lse(size_t(shape.lse_elements()));
+    dq.poison();
+    dk.poison();
+    dv.poison();
+    try {
+        attention_backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(),
+                           dq.data(), dk.data(), dv.data(), shape);
+        FAIL(caps.name, " accepted deterministic = true without deterministic_backward");
+    } catch (const std::invalid_argument& error) {
+        INFO(error.what());
+        CHECK(std::string(error.what()).find("deterministic = true is not allowed") != std::string::npos);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    CHECK(still_poisoned(dq.download().data(), dq.bytes()));
+    CHECK(still_poisoned(dk.download().data(), dk.bytes()));
+    CHECK(still_poisoned(dv.download().data(), dv.bytes()));
+}
+
 }  // namespace
+
+TEST_CASE("backward workspace: deterministic = true reports its own, at least the default's") {
+    const StageCapabilities& caps = stage_capabilities();
+    for (int head_dim : caps.head_dims)
+        for (auto [len_q, len_kv] : {std::pair{1, 1}, std::pair{200, 333}, std::pair{4096, 4096}}) {
+            AttentionShape shape = make_shape(2, 3, len_q, len_kv, head_dim);
+            const size_t plain = attention_backward_workspace_bytes(shape);
+            shape.deterministic = true;
+            INFO(shape.to_string());
+            // A stage without the mode refuses the shape in the launcher; what it reports here
+            // is then only the default's (it never allocates for it).
+            if (caps.deterministic_backward)
+                CHECK(attention_backward_workspace_bytes(shape) > plain);
+            else
+                CHECK(attention_backward_workspace_bytes(shape) == plain);
+        }
+}
 
 GPU_TEST_CASE("backward: square lengths 1 to 1000, every head dim, causal and not") {
     for_each_variant([&](int head_dim, bool causal) {
@@ -285,7 +348,42 @@ GPU_TEST_CASE("backward: one key tile over many query tiles (the exact D), repea
     });
 }
 
+// deterministic = true over the shape matrix: tile edges, len_q != len_kv both ways, several
+// batch x heads, more blocks than an H100 has SMs (2 x 16 heads x 8 key blocks = 256), and a
+// long sequence (17 key blocks in each query tile's chain). A stage without the mode must
+// refuse it instead.
+GPU_TEST_CASE("backward: deterministic = true gives the same bits run to run, within the tolerance") {
+    if (!stage_capabilities().deterministic_backward) {
+        check_deterministic_refused();
+        return;
+    }
+    constexpr int kRuns = 3;
+    for_each_variant([&](int head_dim, bool causal) {
+        for (int length : edge_lengths())
+            if (fits(length, length)) check_deterministic(make_shape(1, 1, length, length, head_dim, causal), kRuns);
+        for (auto [len_q, len_kv] : unequal_lengths())
+            if (fits(len_q, len_kv)) check_deterministic(make_shape(2, 2, len_q, len_kv, head_dim, causal), kRuns);
+        check_deterministic(make_shape(2, 3, 65, 65, head_dim, causal), kRuns);
+        check_deterministic(make_shape(3, 5, 127, 127, head_dim, causal), kRuns);
+        if (fits(513, 1000)) check_deterministic(make_shape(2, 16, 513, 1000, head_dim, causal), kRuns);
+        const StageCapabilities& caps = stage_capabilities();
+        const int length = std::min({2051, caps.max_len_q, caps.max_len_kv});
+        check_deterministic(make_shape(1, 2, length, length, head_dim, causal), kRuns);
+    });
+}
+
 // Run by `make sanitize` under compute-sanitizer (the shapes: test_support.h).
+GPU_TEST_CASE("sanitize: backward deterministic") {
+    if (!stage_capabilities().deterministic_backward) {
+        check_deterministic_refused();
+        return;
+    }
+    for_each_variant([&](int head_dim, bool causal) {
+        for (const AttentionShape& shape : sanitize_tile_shapes(head_dim, causal))
+            if (fits(shape.len_q, shape.len_kv)) check_deterministic(shape, 2);
+    });
+}
+
 GPU_TEST_CASE("sanitize: backward edge shapes") {
     for_each_variant([&](int head_dim, bool causal) {
         for (const AttentionShape& shape : sanitize_shapes(head_dim, causal)) check_backward(shape);

@@ -189,6 +189,8 @@ TEST_CASE("capabilities: the stage publishes a consistent record") {
 #else
     CHECK_FALSE(caps.backward);
 #endif
+    // Only a backward can be deterministic on request (every forward already is).
+    if (caps.deterministic_backward) CHECK(caps.backward);
 }
 
 namespace {
@@ -398,6 +400,84 @@ TEST_CASE("validation: an output overlapping an input or another output is refus
     // Inputs may alias each other (self-attention with one tensor for q, k and v).
     CHECK_NOTHROW(validate_no_overlap({{"o", o, q_bytes}}, {{"q", q, q_bytes}, {"k", q, q_bytes}}));
 }
+
+TEST_CASE("validation: deterministic = true is refused by a backward without it, before the pointers") {
+    // validate_backward as every stage's launcher calls it, for both answers of the capability
+    // (this stage's own answer is checked through its launcher below). Addresses only: every
+    // call here is refused before any memory is touched or asked about.
+    StageCapabilities caps = stage_capabilities();
+    caps.backward = true;
+    caps.compute_capability = 0;
+    AttentionShape shape = make_shape(1, 2, 64, 32, caps.head_dims.front());
+    shape.deterministic = true;
+    CHECK(shape.to_string().find("deterministic") != std::string::npos);
+    auto at = [](size_t offset) { return reinterpret_cast<void*>(uintptr_t(1) << 32 | offset); };
+    const size_t stride = size_t(1) << 24;
+    void *q = at(0), *k = at(stride), *v = at(2 * stride), *o = at(3 * stride),
+         *lse = at(4 * stride), *dout = at(5 * stride), *dk = at(7 * stride), *dv = at(8 * stride);
+    auto message_of = [&](const StageCapabilities& c, const AttentionShape& s) {
+        try {
+            validate_backward(s, c, q, k, v, o, lse, dout, /*dq=*/nullptr, dk, dv);
+        } catch (const std::invalid_argument& error) {
+            return std::string(error.what());
+        }
+        return std::string("not refused");
+    };
+    caps.deterministic_backward = false;
+    std::string message = message_of(caps, shape);
+    INFO(message);
+    CHECK(message.find("deterministic = true is not allowed") != std::string::npos);
+    CHECK(message.find(caps.name) != std::string::npos);
+    // The same shape without the request gets as far as the pointers (the null dq).
+    AttentionShape plain = shape;
+    plain.deterministic = false;
+    message = message_of(caps, plain);
+    CHECK(message.find("dq = null") != std::string::npos);
+    // A stage that has it lets the request through to the same point.
+    caps.deterministic_backward = true;
+    message = message_of(caps, shape);
+    CHECK(message.find("dq = null") != std::string::npos);
+    CHECK(message.find("deterministic") == std::string::npos);
+    // The forward takes the request as it is (every forward is deterministic): here too the
+    // first refusal is the null pointer.
+    caps.deterministic_backward = false;
+    try {
+        validate_forward(shape, caps, q, k, v, /*o=*/nullptr, lse);
+        FAIL("a null o was not refused");
+    } catch (const std::invalid_argument& error) {
+        CHECK(std::string(error.what()).find("o = null") != std::string::npos);
+    }
+}
+
+#ifdef ATTENTION_HAS_BACKWARD
+TEST_CASE("validation: the stage's own backward refuses deterministic = true unless it has it") {
+    // Through the launcher, on poisoned host buffers: nothing may be launched or written. A
+    // stage without the mode refuses by name; a stage with it gets past that check and stops
+    // at the host memory (with a GPU) or at the missing GPU (without one).
+    const StageCapabilities& caps = stage_capabilities();
+    AttentionShape shape = make_shape(1, 2, 65, 130, caps.head_dims.front(), caps.causal);
+    shape.deterministic = true;
+    PoisonedHostBuffers b(shape);
+    std::vector<Element> dout(b.o.size()), dq(b.o.size()), dk(b.k.size()), dv(b.v.size());
+    std::memset(static_cast<void*>(dq.data()), 0xFF, dq.size() * sizeof(Element));
+    std::string message = "not refused";
+    try {
+        attention_backward(b.q.data(), b.k.data(), b.v.data(), b.o.data(), b.lse.data(),
+                           dout.data(), dq.data(), dk.data(), dv.data(), shape);
+    } catch (const std::exception& error) {
+        message = error.what();
+        cudaGetLastError();  // leave no CUDA error to the next case
+    }
+    INFO(message);
+    CHECK(message != "not refused");
+    if (caps.deterministic_backward)
+        CHECK(message.find("deterministic") == std::string::npos);
+    else
+        CHECK(message.find("deterministic = true is not allowed") != std::string::npos);
+    CHECK(b.untouched());
+    CHECK(still_poisoned(dq.data(), dq.size() * sizeof(Element)));
+}
+#endif
 
 TEST_CASE("validation: host memory is refused by name, and without a GPU the CUDA state stays clean") {
     // The decision, for every kind of memory cudaPointerGetAttributes reports.

@@ -162,6 +162,11 @@ void validate_backward(const AttentionShape& shape, const StageCapabilities& cap
                        const void* dout, const void* dq, const void* dk, const void* dv) {
     if (!caps.backward)
         throw std::invalid_argument("attention: backward is not implemented by " + caps.name);
+    // Before the pointers: a stage that cannot keep the promise says so whatever else is wrong.
+    if (shape.deterministic && !caps.deterministic_backward)
+        reject("deterministic", "true",
+               caps.name + "'s backward sums dQ across blocks in no fixed order; it supports only "
+                           "deterministic = false");
     validate_shape(shape, caps);
     validate_pointer("q", q, caps.alignment_bytes);
     validate_pointer("k", k, caps.alignment_bytes);

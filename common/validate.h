@@ -39,7 +39,9 @@ void validate_no_overlap(const std::vector<Span>& outputs, const std::vector<Spa
 void require_gpu(const StageCapabilities& caps);
 
 // Shape, limits, every pointer (null, alignment, outputs overlapping inputs or each other,
-// memory a kernel cannot address; lse may be null), then the GPU.
+// memory a kernel cannot address; lse may be null), then the GPU. The backward first refuses
+// a stage without one, and deterministic = true where caps.deterministic_backward is false
+// (the forward accepts it: every forward is deterministic).
 void validate_forward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
                       const void* k, const void* v, const void* o, const void* lse);
 void validate_backward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
