@@ -1,8 +1,10 @@
 // Inline PTX wrappers for the Hopper stages (08-11): the bulk tensor copy engine (TMA), the
 // mbarriers it completes on, warpgroup MMA (wgmma) with its shared-memory matrix descriptors,
 // register reallocation (setmaxnreg) and named barriers. Chapter 08 introduces each one; 09 and
-// 10 add the producer/consumer pieces. Every function here needs sm_90a: the Hopper stages build
-// their attention.cu for that target alone (HOPPER := 1 in their Makefile).
+// 10 add the producer/consumer pieces; stage 11's deterministic mode adds acquire and release
+// between blocks and the global-memory proxy fence (lab notes 11). Every function here needs
+// sm_90a: the Hopper stages build their attention.cu for that target alone (HOPPER := 1 in
+// their Makefile).
 #pragma once
 
 #include <cstdint>
