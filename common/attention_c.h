@@ -32,21 +32,30 @@ extern "C" {
 
 /* Bumped whenever a struct or a signature below changes: a loader that mirrors the structs
  * (common/stage_abi.py) checks it against attention_c_abi_version(). */
-#define ATTENTION_C_ABI_VERSION 1
+#define ATTENTION_C_ABI_VERSION 2
 
 /* The problem. causal: 0 or 1 (top-left aligned, as PyTorch's is_causal: query i sees key j
- * iff j <= i). scale: 0 selects 1/sqrt(head_dim); otherwise positive and at most 2^16. */
+ * iff j <= i). scale: 0 selects 1/sqrt(head_dim); otherwise positive and at most 2^16.
+ * deterministic: 0 or 1 (AttentionShape::deterministic): 1 asks for bit-identical dQ, dK, dV
+ * from run to run. Only the backward reads it: every forward is deterministic already and
+ * accepts either value. A stage whose capabilities say deterministic_backward = 0 refuses 1 in
+ * attention_c_backward and attention_c_backward_workspace_bytes (ATTENTION_C_INVALID_ARGUMENT,
+ * "deterministic = true is not allowed"); a stage that has it may need more workspace for it.
+ * Added in ABI version 2; zero-initialise the struct and 0 keeps version 1's behaviour. */
 typedef struct {
     int batch, heads, len_q, len_kv, head_dim;
     int causal;
     float scale;
+    int deterministic;
 } AttentionCShape;
 
 /* What the stage supports: StageCapabilities of common/attention.h. name: the suite's name
  * (its folder, e.g. "03_online_softmax", or "cublas_fp32"); dtype: "fp32" or "bf16";
  * head_dims[0 .. head_dim_count): the supported head dims; every len_q in [1, max_len_q] and
  * len_kv in [1, max_len_kv] is supported; causal, backward: 1 when supported;
- * compute_capability: 0 runs on every GPU the build targets, 90 only on compute capability 9.0.
+ * compute_capability: 0 runs on every GPU the build targets, 90 only on compute capability 9.0;
+ * deterministic_backward: 1 when the backward honours AttentionCShape.deterministic = 1 (since
+ * ABI version 2; 0 for a stage without a backward).
  * Stage 01 sizes max_len_kv from the current device's shared memory at its first call. */
 typedef struct {
     char name[64];
@@ -55,6 +64,7 @@ typedef struct {
     int head_dim_count;
     int max_len_q, max_len_kv;
     int causal, backward, alignment_bytes, compute_capability;
+    int deterministic_backward;
 } AttentionCCapabilities;
 
 enum {
@@ -74,7 +84,9 @@ int attention_c_workspace_bytes(const AttentionCShape* shape, size_t* bytes);
 
 /* The same for the backward. A stage without a backward pass (capabilities.backward == 0)
  * answers ATTENTION_C_INVALID_ARGUMENT, "<stage> has no backward pass", and *bytes = 0:
- * an answer of 0 bytes would read as "a backward that needs no workspace". */
+ * an answer of 0 bytes would read as "a backward that needs no workspace". For the same
+ * reason a shape with deterministic = 1 is refused, as attention_c_backward refuses it, by a
+ * stage without a deterministic backward. */
 int attention_c_backward_workspace_bytes(const AttentionCShape* shape, size_t* bytes);
 
 /* O = softmax(scale * Q K^T (masked)) V, and lse (may be NULL). */
@@ -82,7 +94,9 @@ int attention_c_forward(const void* q, const void* k, const void* v, void* o, fl
                         const AttentionCShape* shape, void* stream);
 
 /* dQ, dK, dV from the forward's inputs, its o and lse, and dout. A stage without a backward
- * pass answers ATTENTION_C_INVALID_ARGUMENT, "<stage> has no backward pass". */
+ * pass answers ATTENTION_C_INVALID_ARGUMENT, "<stage> has no backward pass"; with
+ * shape->deterministic = 1, one without a deterministic backward answers it too (before the
+ * pointers are looked at, as the C++ launcher's validate_backward does). */
 int attention_c_backward(const void* q, const void* k, const void* v, const void* o,
                          const float* lse, const void* dout, void* dq, void* dk, void* dv,
                          const AttentionCShape* shape, void* stream);

@@ -60,11 +60,20 @@ int guarded(Body&& body) noexcept {
 
 AttentionShape to_shape(const AttentionCShape* shape) {
     if (shape == nullptr) reject_null("shape", "must point to an AttentionCShape");
+    // C ints, not bools: only 0 and 1 mean something, and any other value is refused rather
+    // than read as true.
     if (shape->causal != 0 && shape->causal != 1)
         throw std::invalid_argument("attention: causal = " + std::to_string(shape->causal) +
                                     " is not allowed: must be 0 or 1");
-    return make_shape(shape->batch, shape->heads, shape->len_q, shape->len_kv, shape->head_dim,
-                      shape->causal == 1, shape->scale);
+    if (shape->deterministic != 0 && shape->deterministic != 1)
+        throw std::invalid_argument("attention: deterministic = " +
+                                    std::to_string(shape->deterministic) +
+                                    " is not allowed: must be 0 or 1");
+    AttentionShape converted = make_shape(shape->batch, shape->heads, shape->len_q,
+                                          shape->len_kv, shape->head_dim, shape->causal == 1,
+                                          shape->scale);
+    converted.deterministic = shape->deterministic == 1;
+    return converted;
 }
 
 #ifndef ATTENTION_HAS_BACKWARD
@@ -111,6 +120,7 @@ int attention_c_capabilities(AttentionCCapabilities* out) {
         record.backward = caps.backward ? 1 : 0;
         record.alignment_bytes = caps.alignment_bytes;
         record.compute_capability = caps.compute_capability;
+        record.deterministic_backward = caps.deterministic_backward ? 1 : 0;
         *out = record;  // written only when the whole record is good
     });
 }
@@ -131,6 +141,9 @@ int attention_c_backward_workspace_bytes(const AttentionCShape* shape, size_t* b
         *bytes = 0;
 #ifdef ATTENTION_HAS_BACKWARD
         const AttentionShape s = to_shape(shape);
+        // A stage without the deterministic mode would answer the default's workspace, which
+        // would read as what the mode needs: refused, as its backward refuses the shape.
+        validate_deterministic(s, stage_capabilities());
         validate_shape(s, stage_capabilities());
         *bytes = attention_backward_workspace_bytes(s);
 #else

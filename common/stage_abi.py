@@ -13,6 +13,12 @@ and a CUDA failure RuntimeError (ATTENTION_C_RUNTIME_ERROR), with the library's 
     print(stage.capabilities.head_dims, stage.workspace_bytes(shape))
     stage.forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), shape)
 
+A bit-identical backward, where the stage has one (capabilities.deterministic_backward; a stage
+without it refuses the shape with ValueError):
+
+    fixed = dataclasses.replace(shape, deterministic=True)
+    stage.backward(*(t.data_ptr() for t in (q, k, v, o, lse, dout, dq, dk, dv)), fixed)
+
 Several stages' libraries can be loaded into one process at once (each binds its own code and
 exports only the C ABI); each Stage object calls its own library.
 """
@@ -27,7 +33,7 @@ from pathlib import Path
 from typing import Optional, Tuple, Union
 
 # ATTENTION_C_ABI_VERSION of the header these ctypes structures mirror.
-ABI_VERSION = 1
+ABI_VERSION = 2
 OK, INVALID_ARGUMENT, RUNTIME_ERROR = 0, 1, 2
 
 # The repository root: this file lives in common/.
@@ -36,7 +42,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True)
 class Shape:
-    """AttentionCShape: [batch, heads, len, head_dim] tensors; scale 0 is 1/sqrt(head_dim)."""
+    """AttentionCShape: [batch, heads, len, head_dim] tensors; scale 0 is 1/sqrt(head_dim).
+    deterministic: bit-identical dQ, dK, dV run to run; only the backward reads it (every
+    forward is deterministic), and a stage without capabilities.deterministic_backward refuses
+    it there."""
 
     batch: int
     heads: int
@@ -45,6 +54,7 @@ class Shape:
     head_dim: int
     causal: bool = False
     scale: float = 0.0
+    deterministic: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class Capabilities:
     backward: bool
     alignment_bytes: int      # q, k, v, o (and dout, dq, dk, dv) must be aligned to this
     compute_capability: int   # 0: any GPU the build targets; 90: Hopper only
+    deterministic_backward: bool = False  # the backward honours Shape.deterministic
 
     @property
     def element_bytes(self) -> int:
@@ -69,7 +80,7 @@ class Capabilities:
 class _CShape(ctypes.Structure):
     _fields_ = [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("len_q", ctypes.c_int),
                 ("len_kv", ctypes.c_int), ("head_dim", ctypes.c_int), ("causal", ctypes.c_int),
-                ("scale", ctypes.c_float)]
+                ("scale", ctypes.c_float), ("deterministic", ctypes.c_int)]
 
 
 class _CCapabilities(ctypes.Structure):
@@ -77,7 +88,8 @@ class _CCapabilities(ctypes.Structure):
                 ("head_dims", ctypes.c_int * 8), ("head_dim_count", ctypes.c_int),
                 ("max_len_q", ctypes.c_int), ("max_len_kv", ctypes.c_int),
                 ("causal", ctypes.c_int), ("backward", ctypes.c_int),
-                ("alignment_bytes", ctypes.c_int), ("compute_capability", ctypes.c_int)]
+                ("alignment_bytes", ctypes.c_int), ("compute_capability", ctypes.c_int),
+                ("deterministic_backward", ctypes.c_int)]
 
 
 ShapeLike = Union[Shape, tuple]
@@ -150,7 +162,8 @@ class Stage:
             head_dims=tuple(record.head_dims[: record.head_dim_count]),
             max_len_q=record.max_len_q, max_len_kv=record.max_len_kv, causal=bool(record.causal),
             backward=bool(record.backward), alignment_bytes=record.alignment_bytes,
-            compute_capability=record.compute_capability)
+            compute_capability=record.compute_capability,
+            deterministic_backward=bool(record.deterministic_backward))
 
     def __repr__(self) -> str:
         return f"Stage({self.capabilities.name!r}, {str(self.path)!r})"
@@ -166,7 +179,8 @@ class Stage:
         return bytes_.value
 
     def backward_workspace_bytes(self, shape: ShapeLike) -> int:
-        """The same for the backward; ValueError "<stage> has no backward pass" without one."""
+        """The same for the backward; ValueError "<stage> has no backward pass" without one,
+        and for shape.deterministic where the stage has no deterministic backward."""
         bytes_ = ctypes.c_size_t(0)
         self._check(self.lib.attention_c_backward_workspace_bytes(_c_shape(shape),
                                                                   ctypes.byref(bytes_)))
@@ -182,7 +196,9 @@ class Stage:
     def backward(self, q: Pointer, k: Pointer, v: Pointer, o: Pointer, lse: Pointer,
                  dout: Pointer, dq: Pointer, dk: Pointer, dv: Pointer, shape: ShapeLike,
                  stream: Pointer = 0) -> None:
-        """dQ, dK, dV from the forward's inputs, o, lse and dout: asynchronous on `stream`."""
+        """dQ, dK, dV from the forward's inputs, o, lse and dout: asynchronous on `stream`.
+        With shape.deterministic, bit-identical from run to run (ValueError where the stage
+        lacks capabilities.deterministic_backward)."""
         self._check(self.lib.attention_c_backward(
             _address(q, "q"), _address(k, "k"), _address(v, "v"), _address(o, "o"),
             _address(lse, "lse"), _address(dout, "dout"), _address(dq, "dq"),
@@ -208,7 +224,8 @@ def _c_shape(shape: ShapeLike):
     if not isinstance(shape, Shape):
         shape = Shape(*shape)
     return ctypes.byref(_CShape(shape.batch, shape.heads, shape.len_q, shape.len_kv,
-                                shape.head_dim, int(shape.causal), shape.scale))
+                                shape.head_dim, int(shape.causal), shape.scale,
+                                int(shape.deterministic)))
 
 
 def _address(pointer: Pointer, field: str) -> Optional[int]:

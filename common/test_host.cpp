@@ -541,8 +541,8 @@ TEST_CASE("workspace: sizes saturate instead of wrapping around") {
 namespace {
 
 AttentionCShape c_shape(const AttentionShape& shape) {
-    return {shape.batch, shape.heads,    shape.len_q,          shape.len_kv,
-            shape.head_dim, shape.causal ? 1 : 0, shape.scale};
+    return {shape.batch,    shape.heads,          shape.len_q, shape.len_kv,
+            shape.head_dim, shape.causal ? 1 : 0, shape.scale, shape.deterministic ? 1 : 0};
 }
 
 std::string c_error() { return attention_c_last_error(); }
@@ -576,6 +576,7 @@ TEST_CASE("C ABI: the capability record is the stage's stage_capabilities()") {
     CHECK(record.backward == int(caps.backward));
     CHECK(record.alignment_bytes == caps.alignment_bytes);
     CHECK(record.compute_capability == caps.compute_capability);
+    CHECK(record.deterministic_backward == int(caps.deterministic_backward));
 }
 
 TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming the field") {
@@ -595,6 +596,10 @@ TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming 
     expect_c_refused(forward(b.q.data(), &bad), {"len_kv = 0"});
     bad = good, bad.causal = 2;  // a C int, not a bool: only 0 and 1 mean something
     expect_c_refused(forward(b.q.data(), &bad), {"causal = 2"});
+    bad = good, bad.deterministic = 2;  // the same for deterministic
+    expect_c_refused(forward(b.q.data(), &bad), {"deterministic = 2", "0 or 1"});
+    bad = good, bad.deterministic = -1;
+    expect_c_refused(forward(b.q.data(), &bad), {"deterministic = -1"});
     bad = good, bad.scale = -1.0f;
     expect_c_refused(forward(b.q.data(), &bad), {"scale = -1"});
     CHECK(b.untouched());
@@ -607,6 +612,29 @@ TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming 
     expect_c_refused(attention_c_workspace_bytes(&good, nullptr), {"bytes = null"});
     expect_c_refused(attention_c_backward_workspace_bytes(&good, nullptr), {"bytes = null"});
     expect_c_refused(attention_c_capabilities(nullptr), {"out = null"});
+    bad = good, bad.deterministic = 2;
+    expect_c_refused(attention_c_workspace_bytes(&bad, &bytes), {"deterministic = 2"});
+    CHECK(bytes == 0);
+}
+
+TEST_CASE("C ABI: the forward takes deterministic = 1 as it is (every forward is deterministic)") {
+    const StageCapabilities& caps = stage_capabilities();
+    AttentionShape shape = make_shape(1, 2, 17, 33, caps.head_dims.front());
+    const AttentionCShape plain = c_shape(shape);
+    shape.deterministic = true;
+    const AttentionCShape deterministic = c_shape(shape);
+    REQUIRE(deterministic.deterministic == 1);
+    size_t plain_bytes = 1, bytes = 2;
+    REQUIRE(attention_c_workspace_bytes(&plain, &plain_bytes) == ATTENTION_C_OK);
+    REQUIRE(attention_c_workspace_bytes(&deterministic, &bytes) == ATTENTION_C_OK);
+    CHECK(bytes == plain_bytes);
+    // The first refusal is the null q, not the request.
+    PoisonedHostBuffers b(shape);
+    expect_c_refused(attention_c_forward(nullptr, b.k.data(), b.v.data(), b.o.data(),
+                                         b.lse.data(), &deterministic, nullptr),
+                     {"q = null"});
+    CHECK(c_error().find("deterministic") == std::string::npos);
+    CHECK(b.untouched());
 }
 
 TEST_CASE("C ABI: a success clears the last error, and each thread has its own") {
@@ -660,6 +688,51 @@ TEST_CASE("C ABI: the backward pass where the stage has one, a plain refusal whe
                                           b.lse.data(), dout.data(), dq.data(), dk.data(),
                                           dv.data(), &c, nullptr),
                      {no_backward});
+#endif
+    CHECK(b.untouched());
+}
+
+TEST_CASE("C ABI: deterministic = 1 in the backward: refused by a stage without the mode, "
+          "passed through by one with it") {
+    const StageCapabilities& caps = stage_capabilities();
+    AttentionShape shape = make_shape(1, 2, 17, 33, caps.head_dims.front(), caps.causal);
+    shape.deterministic = true;
+    const AttentionCShape c = c_shape(shape);
+    PoisonedHostBuffers b(shape);
+    std::vector<Element> dout(b.o.size()), dk(b.k.size()), dv(b.v.size());
+    size_t bytes = 123;
+    const int workspace_code = attention_c_backward_workspace_bytes(&c, &bytes);
+    const std::string workspace_message = c_error();
+    // dq = null: a stage that lets the request through stops there, before any launch.
+    const int backward_code = attention_c_backward(b.q.data(), b.k.data(), b.v.data(),
+                                                   b.o.data(), b.lse.data(), dout.data(),
+                                                   nullptr, dk.data(), dv.data(), &c, nullptr);
+    const std::string backward_message = c_error();
+    INFO("workspace: ", workspace_code, " ", workspace_message);
+    INFO("backward: ", backward_code, " ", backward_message);
+#ifdef ATTENTION_HAS_BACKWARD
+    if (caps.deterministic_backward) {
+        CHECK(workspace_code == ATTENTION_C_OK);
+        CHECK(bytes == attention_backward_workspace_bytes(shape));
+        CHECK(backward_code == ATTENTION_C_INVALID_ARGUMENT);
+        CHECK(backward_message.find("dq = null") != std::string::npos);
+    } else {
+        // Refused by name in both calls, ahead of the null dq; no workspace answered.
+        CHECK(workspace_code == ATTENTION_C_INVALID_ARGUMENT);
+        CHECK(bytes == 0);
+        for (const std::string& message : {workspace_message, backward_message}) {
+            CHECK(message.find("deterministic = true is not allowed") != std::string::npos);
+            CHECK(message.find(caps.name) != std::string::npos);
+        }
+        CHECK(backward_code == ATTENTION_C_INVALID_ARGUMENT);
+    }
+#else
+    const std::string no_backward = std::string("attention: ") + caps.name + " has no backward pass";
+    CHECK(workspace_code == ATTENTION_C_INVALID_ARGUMENT);
+    CHECK(bytes == 0);
+    CHECK(workspace_message.find(no_backward) != std::string::npos);
+    CHECK(backward_code == ATTENTION_C_INVALID_ARGUMENT);
+    CHECK(backward_message.find(no_backward) != std::string::npos);
 #endif
     CHECK(b.untouched());
 }
@@ -740,6 +813,25 @@ TEST_CASE("C ABI: the forward, and the backward, through the C ABI equal the C++
         INFO(error.to_string());
         CHECK(error.non_finite == 0);
         CHECK(error.relative_l2 < 1e-2);
+    }
+    if (caps.deterministic_backward) {
+        // deterministic = 1 through the C ABI and deterministic = true through the C++
+        // launcher: the same sums in the same order, so the same bits.
+        AttentionShape fixed_order = shape;
+        fixed_order.deterministic = true;
+        const AttentionCShape c_fixed_order = c_shape(fixed_order);
+        dq_c.poison(), dk_c.poison(), dv_c.poison();
+        attention_backward(q.data(), k.data(), v.data(), o_cpp.data(), lse_cpp.data(),
+                           dout.data(), dq_cpp.data(), dk_cpp.data(), dv_cpp.data(), fixed_order,
+                           stream);
+        REQUIRE(attention_c_backward(q.data(), k.data(), v.data(), o_cpp.data(), lse_cpp.data(),
+                                     dout.data(), dq_c.data(), dk_c.data(), dv_c.data(),
+                                     &c_fixed_order, stream) == ATTENTION_C_OK);
+        REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+        for (auto [expected, got] : {std::pair{&dq_cpp, &dq_c}, {&dk_cpp, &dk_c}, {&dv_cpp, &dv_c}}) {
+            const std::vector<Element> e = expected->download(), g = got->download();
+            CHECK(std::memcmp(e.data(), g.data(), g.size() * sizeof(Element)) == 0);
+        }
     }
 #endif
     cudaStreamDestroy(stream);

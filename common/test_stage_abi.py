@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The C ABI from Python, without a GPU (run by .ci/run): two stages' libraries loaded into one
 process with common/stage_abi.py, each answering with its own code and its own capability
-record, bad input refused by name as ValueError. Prints one line; exits 1 on a failure.
+record, bad input refused by name as ValueError, and the deterministic flag (ABI version 2)
+refused by a backward without the mode, passed through by one with it. Prints one line; exits 1
+on a failure.
 
     python3 common/test_stage_abi.py                       # 03_online_softmax and 07_backward
     python3 common/test_stage_abi.py 04_warp_shuffle 11_hopper_backward
@@ -10,6 +12,7 @@ The libraries must be built first (make -C 03_online_softmax all; make -C 07_bac
 """
 
 import ctypes
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -53,6 +56,10 @@ def check_stage(stage, others):
     check(64 in caps.head_dims and 128 in caps.head_dims, f"{name}: head dims {caps.head_dims}")
     check(caps.max_len_q >= 1 and caps.max_len_kv >= 1, f"{name}: lengths {caps}")
     check(caps.alignment_bytes >= caps.element_bytes, f"{name}: alignment {caps.alignment_bytes}")
+    check(isinstance(caps.deterministic_backward, bool) and
+          (caps.backward or not caps.deterministic_backward),
+          f"{name}: deterministic_backward {caps.deterministic_backward!r} "
+          f"(backward {caps.backward})")
     good = stage_abi.Shape(1, 2, 17, 33, caps.head_dims[0], causal=True)
     workspace = stage.workspace_bytes(good)
     check(isinstance(workspace, int) and workspace >= 0, f"{name}: workspace {workspace!r}")
@@ -70,7 +77,15 @@ def check_stage(stage, others):
     expect(ValueError, ["causal = 2"],
            lambda: stage.forward(q, k, v, o, lse, (1, 2, 17, 33, caps.head_dims[0], 2, 0.0)),
            f"{name}: causal 2")
+    expect(ValueError, ["deterministic = 2"],
+           lambda: stage.forward(q, k, v, o, lse, (1, 2, 17, 33, caps.head_dims[0], 1, 0.0, 2)),
+           f"{name}: deterministic 2")
     expect(TypeError, ["q"], lambda: stage.forward(1.5, k, v, o, lse, good), f"{name}: float q")
+    # The forward takes deterministic as it is: the same workspace, the same first refusal.
+    fixed = dataclasses.replace(good, deterministic=True)
+    check(stage.workspace_bytes(fixed) == workspace, f"{name}: forward workspace, deterministic")
+    expect(ValueError, ["q = null"], lambda: stage.forward(0, k, v, o, lse, fixed),
+           f"{name}: null q, deterministic")
     code = stage.lib.attention_c_forward(q, k, v, o, lse, None, None)
     check(code == stage_abi.INVALID_ARGUMENT and b"shape = null" in stage.lib.attention_c_last_error(),
           f"{name}: null shape gave {code}, {stage.lib.attention_c_last_error()!r}")
@@ -90,6 +105,24 @@ def check_stage(stage, others):
                f"{name}: backward workspace")
         expect(ValueError, [no_backward],
                lambda: stage.backward(q, k, v, o, lse, dout, dq, dk, dv, good), f"{name}: backward")
+        expect(ValueError, [no_backward],
+               lambda: stage.backward(q, k, v, o, lse, dout, dq, dk, dv, fixed),
+               f"{name}: deterministic backward")
+    if caps.deterministic_backward:
+        # Let through to the null dq; the mode's own workspace (its ordering state) on top.
+        check(stage.backward_workspace_bytes(fixed) > stage.backward_workspace_bytes(good),
+              f"{name}: deterministic backward workspace")
+        expect(ValueError, ["dq = null"],
+               lambda: stage.backward(q, k, v, o, lse, dout, 0, dk, dv, fixed),
+               f"{name}: null dq, deterministic")
+    elif caps.backward:
+        # Refused by name, ahead of the null dq, and no workspace answered for it.
+        refused = ["deterministic = true is not allowed", name]
+        expect(ValueError, refused, lambda: stage.backward_workspace_bytes(fixed),
+               f"{name}: deterministic backward workspace")
+        expect(ValueError, refused,
+               lambda: stage.backward(q, k, v, o, lse, dout, 0, dk, dv, fixed),
+               f"{name}: deterministic backward")
 
 
 def main(names):
@@ -112,8 +145,9 @@ def main(names):
         check(stage.capabilities.name == stage_abi.stage_name(name),
               f"{name}: the library says it is {stage.capabilities.name}")
         check_stage(stage, [s for s in stages if s is not stage])
-    described = " and ".join(f"{r.name} ({r.dtype}{', backward' if r.backward else ''})"
-                             for r in records)
+    described = " and ".join(
+        f"{r.name} ({r.dtype}{', backward' if r.backward else ''}"
+        f"{', deterministic backward' if r.deterministic_backward else ''})" for r in records)
     if failures:
         for failure in failures:
             print(f"FAIL: {failure}", file=sys.stderr)

@@ -157,16 +157,20 @@ void validate_forward(const AttentionShape& shape, const StageCapabilities& caps
     require_gpu(caps);
 }
 
+void validate_deterministic(const AttentionShape& shape, const StageCapabilities& caps) {
+    if (shape.deterministic && !caps.deterministic_backward)
+        reject("deterministic", "true",
+               caps.name + "'s backward sums dQ across blocks in no fixed order; it supports only "
+                           "deterministic = false");
+}
+
 void validate_backward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
                        const void* k, const void* v, const void* o, const void* lse,
                        const void* dout, const void* dq, const void* dk, const void* dv) {
     if (!caps.backward)
         throw std::invalid_argument("attention: backward is not implemented by " + caps.name);
     // Before the pointers: a stage that cannot keep the promise says so whatever else is wrong.
-    if (shape.deterministic && !caps.deterministic_backward)
-        reject("deterministic", "true",
-               caps.name + "'s backward sums dQ across blocks in no fixed order; it supports only "
-                           "deterministic = false");
+    validate_deterministic(shape, caps);
     validate_shape(shape, caps);
     validate_pointer("q", q, caps.alignment_bytes);
     validate_pointer("k", k, caps.alignment_bytes);

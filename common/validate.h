@@ -47,6 +47,10 @@ void validate_forward(const AttentionShape& shape, const StageCapabilities& caps
 void validate_backward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
                        const void* k, const void* v, const void* o, const void* lse,
                        const void* dout, const void* dq, const void* dk, const void* dv);
+// The backward's first check after its existence: deterministic = true where
+// caps.deterministic_backward is false. Also what the C ABI's backward workspace query asks
+// (common/c_api.cpp), which sees no pointers.
+void validate_deterministic(const AttentionShape& shape, const StageCapabilities& caps);
 
 // Throws std::invalid_argument when `needed` bytes of workspace exceed `available`.
 void validate_workspace(size_t needed, size_t available);
