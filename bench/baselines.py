@@ -33,7 +33,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schema import CEILINGS_COLUMNS, GEMM_SHAPES  # noqa: E402
+from schema import BACKWARD_PASSES, CEILINGS_COLUMNS, GEMM_SHAPES  # noqa: E402
 
 # SDPBackend member of each SDPA backend.
 SDPA_BACKEND_NAMES = {"flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION",
@@ -66,7 +66,7 @@ class Shape:
         return flops / 2 if self.causal else flops
 
     def flops(self, pass_name):
-        return self.forward_flops() * (2.5 if pass_name == "bwd" else 1.0)
+        return self.forward_flops() * (2.5 if pass_name in BACKWARD_PASSES else 1.0)
 
 
 def read_ceilings(path):

@@ -32,6 +32,13 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
 The stages that carry a copy of another's forward (07 of 06, 11 of 10) are compared with it at
 every shape, and the run says whether they agree within AA_TOLERANCE (the A/A check).
 
+A stage whose capabilities say deterministic_backward has a third pass, bwd_det: its backward
+with AttentionCShape.deterministic = 1 (bit-identical gradients), timed at the shapes of
+DETERMINISTIC_SWEEPS only, as one more member of the shape's backward group (the same turns as
+its default backward, by the same rule), and written as rows of pass bwd_det. The run prints,
+per such stage and shape, the deterministic backward's median over the default's (and writes it
+to --deterministic-file).
+
 FLOPs follow the FlashAttention convention: forward 4*B*H*Lq*Lk*D (halved when causal), backward
 2.5x forward. FP32 implementations are timed forward only (no stage has an FP32 backward), and
 not at d = 128 with N = 16384 (FP32_LEFT_OUT): seconds a call for stages 00 and 01, read by no
@@ -58,8 +65,8 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "common"))
 import baselines  # noqa: E402
 import stage_abi  # noqa: E402
-from schema import (CSV_COLUMNS, CSV_EXTRA_COLUMNS, FLOP_CONVENTION, SOL_CEILING,  # noqa: E402
-                    read_sweeps)
+from schema import (BACKWARD_PASSES, CSV_COLUMNS, CSV_EXTRA_COLUMNS, FLOP_CONVENTION,  # noqa: E402
+                    SOL_CEILING, read_sweeps)
 
 TIMED_SECONDS = 0.15      # timed calls per implementation, shape and pass, and
 MIN_CALLS = 60            # at least this many of them (calls of several milliseconds swing with
@@ -80,6 +87,20 @@ L2_MULTIPLE = 4           # the input sets of one implementation exceed this man
 MEMORY_RESERVE_BYTES = 1 << 30
 AA_PAIRS = [("11_hopper_backward", "10_pingpong"), ("07_backward", "06_pipelined")]
 AA_TOLERANCE = 0.02
+# The deterministic backward (pass bwd_det) is timed at the shapes of these sweeps alone: the BF16
+# headline, where its target is set (DETERMINISTIC_TARGET: its time at most 1.15 times the
+# default backward's), and the `extra` shapes the chapters quote. At every seqlen shape it would
+# add a member to 28 more backward groups of a run that must stay under ten minutes and already
+# takes six and a half to eight and a half of them (docs/benchmarking.md).
+DETERMINISTIC_SWEEPS = ["bf16-headline", "extra"]
+DETERMINISTIC_TARGET = 1.15
+# The passes timed together in one group per shape: bwd_det beside bwd, so that a stage's two
+# backward passes take their slices in the same rotated turns, at the same moments of the clock,
+# as every pair of implementations a ratio compares does (a group of its own, timed after the
+# backward's, would put the clock's swing of several percent between the two; the A/A check
+# shows what timing side by side removes). Each member keeps the rule of the module docstring:
+# its own resident inputs, two untimed calls, its own slices, calls and median.
+GROUP_PASSES = {"fwd": ["fwd"], "bwd": ["bwd", "bwd_det"]}
 # FP32 implementations are not timed at these (head_dim, sequence length) pairs; see above.
 FP32_LEFT_OUT = {(128, 16384)}
 # torch_sdpa (PyTorch's own dispatch) in FP32 only: in BF16 it runs one of the fused backends
@@ -111,9 +132,16 @@ class StageImplementation:
         self.name, self.dtype_name = caps.name, caps.dtype
         self.dtype = torch.float32 if caps.dtype == "fp32" else torch.bfloat16
         self.passes = ["fwd", "bwd"] if caps.backward else ["fwd"]
+        if caps.deterministic_backward:
+            self.passes.append("bwd_det")
 
     def select(self, shape):
         pass
+
+    @staticmethod
+    def c_shape(shape, pass_name):
+        """The C ABI's shape; deterministic = 1 for bwd_det (the forward ignores it)."""
+        return stage_abi.Shape(*shape.key(), deterministic=pass_name == "bwd_det")
 
     def unsupported(self, shape, pass_name, gpu_capability):
         caps = self.library.capabilities
@@ -139,10 +167,10 @@ class StageImplementation:
         return self.workspace(shape, pass_name)
 
     def workspace(self, shape, pass_name):
-        c_shape = stage_abi.Shape(*shape.key())
+        c_shape = self.c_shape(shape, pass_name)
         try:
             forward = self.library.workspace_bytes(c_shape)
-            if pass_name == "bwd":
+            if pass_name in BACKWARD_PASSES:
                 return max(forward, self.library.backward_workspace_bytes(c_shape))
             return forward
         except ValueError as refusal:
@@ -151,7 +179,8 @@ class StageImplementation:
     def prepare(self, shape, pass_name, sets, make_input):
         """call(set index) for this pass, with everything it reads made first."""
         torch, lib = self.torch, self.library
-        c_shape = stage_abi.Shape(*shape.key())
+        c_shape = self.c_shape(shape, pass_name)
+        backward_pass = pass_name in BACKWARD_PASSES
         stream = torch.cuda.current_stream().cuda_stream
         q_shape = (shape.batch, shape.heads, shape.len_q, shape.head_dim)
         lse_shape = (shape.batch, shape.heads, shape.len_q)
@@ -163,7 +192,7 @@ class StageImplementation:
             o = torch.empty(q_shape, device="cuda", dtype=self.dtype)
             lse = torch.empty(lse_shape, device="cuda", dtype=torch.float32)
             one_set = [q, k, v, o, lse]
-            if pass_name == "bwd":
+            if backward_pass:
                 one_set += [make_input(shape.len_q), torch.empty_like(q), torch.empty_like(k),
                             torch.empty_like(v)]  # dO, dQ, dK, dV
             tensors.append(one_set)
@@ -177,10 +206,10 @@ class StageImplementation:
             lib.backward(*backward_args[index])
 
         try:
-            if pass_name == "bwd":
+            if backward_pass:
                 for index in range(sets):  # the backward's O and LSE, from the stage's own forward
                     forward(index)
-            return forward if pass_name == "fwd" else backward
+            return backward if backward_pass else forward
         except ValueError as refusal:
             raise Skip(str(refusal))
 
@@ -192,7 +221,7 @@ class TorchImplementation:
         self.torch, self.runner, self.backend = torch, runner, backend
         self.name, self.dtype_name = f"torch_{backend}", dtype_name
         self.dtype = torch.float32 if dtype_name == "fp32" else torch.bfloat16
-        self.passes = ["fwd"] if dtype_name == "fp32" else ["fwd", "bwd"]
+        self.passes = ["fwd"] if dtype_name == "fp32" else ["fwd", "bwd"]  # no bwd_det
 
     def unsupported(self, shape, pass_name, gpu_capability):
         return fp32_left_out(self.dtype_name, shape)
@@ -207,7 +236,7 @@ class TorchImplementation:
             return 0
         element = 4 if self.dtype_name == "fp32" else 2
         scores = shape.batch * shape.heads * shape.len_q * shape.len_kv * element
-        return scores * (4 if pass_name == "bwd" else 2)
+        return scores * (4 if pass_name in BACKWARD_PASSES else 2)
 
     def call_context(self, pass_name):
         """The backend's sdpa_kernel context (and no_grad for the forward), entered once per
@@ -371,7 +400,8 @@ def make_resident(torch, impl, shape, pass_name, entry, rotation_bytes):
     element = 4 if impl.dtype_name == "fp32" else 2
     q_bytes = shape.batch * shape.heads * shape.len_q * shape.head_dim * element
     kv_bytes = shape.batch * shape.heads * shape.len_kv * shape.head_dim * element
-    per_set = (2 * q_bytes + 2 * kv_bytes) * (2 if pass_name == "bwd" else 1)
+    backward_pass = pass_name in BACKWARD_PASSES
+    per_set = (2 * q_bytes + 2 * kv_bytes) * (2 if backward_pass else 1)
     workspace = impl.workspace(shape, pass_name)
     free, _ = torch.cuda.mem_get_info()
     usable = free - MEMORY_RESERVE_BYTES - (workspace or 0)
@@ -383,7 +413,7 @@ def make_resident(torch, impl, shape, pass_name, entry, rotation_bytes):
     # The inputs, randn + 0.5, drawn in one go per length (one kernel, not hundreds): per set
     # Q (and dO for the backward) of len_q, K and V of len_kv.
     draws = {}
-    for length, count in ((shape.len_q, 2 if pass_name == "bwd" else 1), (shape.len_kv, 2)):
+    for length, count in ((shape.len_q, 2 if backward_pass else 1), (shape.len_kv, 2)):
         draws[length] = draws.get(length, 0) + count * sets
     pools = {}
 
@@ -443,12 +473,13 @@ def guarded(torch, impl):
             raise Skip(baselines.refusal_reason(caught) or baselines.first_line(error))
 
 
-def time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks, pool):
-    """Makes the group's implementations resident, then times them in turns of slices."""
+def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
+    """Makes the group's members, (implementation, pass) pairs, resident, then times them in
+    turns of slices."""
     residents = []
     try:
-        for impl in group:
-            entry = state[key(impl)]
+        for impl, pass_name in group:
+            entry = state[member_key(impl, pass_name)]
             try:
                 residents.append(make_resident(torch, impl, shape, pass_name, entry,
                                                rotation_bytes))
@@ -462,10 +493,11 @@ def time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks, po
                 break
             if time.perf_counter() - started > STEP_LIMIT_SECONDS:
                 raise SystemExit(
-                    f"driver.py: {shape.describe()} {pass_name} still timing after "
+                    f"driver.py: {shape.describe()} still timing after "
                     f"{STEP_LIMIT_SECONDS} s (a bug in the schedule): " + "; ".join(
-                        f"{key(r.impl)} gpu {r.gpu_ms:.4g} ms issue {r.issue_seconds * 1e3:.4g} ms "
-                        f"{len(r.times)} calls {sum(r.times):.4g} ms" for r in waiting))
+                        f"{member_key(r.impl, r.pass_name)} gpu {r.gpu_ms:.4g} ms issue "
+                        f"{r.issue_seconds * 1e3:.4g} ms {len(r.times)} calls "
+                        f"{sum(r.times):.4g} ms" for r in waiting))
             shift = turn % len(waiting)
             order = waiting[shift:] + waiting[:shift]
             for resident in (order[::-1] if turn % 2 else order):
@@ -502,6 +534,33 @@ def key(impl):
     return impl.name + "/" + impl.dtype_name
 
 
+def member_key(impl, pass_name):
+    return key(impl) + "/" + pass_name
+
+
+def deterministic_shapes(sweeps, names):
+    """The shapes bwd_det is timed at: those of DETERMINISTIC_SWEEPS among the run's sweeps."""
+    keys = []
+    for name in names:
+        if name in DETERMINISTIC_SWEEPS:
+            keys += [Shape(*fields).key() for fields in sweeps.get(name, [])]
+    return set(keys)
+
+
+def group_members(implementations, shape, step_pass, deterministic_keys):
+    """(implementation, pass) pairs of one shape's group for the step's pass: bwd_det where the
+    implementation has it and the shape is one of DETERMINISTIC_SWEEPS'."""
+    members = []
+    for impl in implementations:
+        for pass_name in GROUP_PASSES[step_pass]:
+            if pass_name not in impl.passes:
+                continue
+            if pass_name == "bwd_det" and shape.key() not in deterministic_keys:
+                continue
+            members.append((impl, pass_name))
+    return members
+
+
 # ---- the run ----------------------------------------------------------------------------------
 
 class Shape(baselines.Shape):
@@ -520,6 +579,8 @@ def parse_arguments():
     parser.add_argument("--csv", help="results CSV to write (replaced)")
     parser.add_argument("--ceilings-file", help="ceilings CSV for %% of SOL")
     parser.add_argument("--aa-file", help="where to write the A/A check's table")
+    parser.add_argument("--deterministic-file",
+                        help="where to write the deterministic backward's ratios to the default")
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--no-torch-baselines", action="store_true")
     parser.add_argument("--dtypes", default="fp32,bf16",
@@ -587,7 +648,8 @@ def main():
 
     sweeps = read_sweeps()
     shapes, seen = [], set()
-    for name in [n for n in arguments.sweep.split(",") if n]:
+    sweep_names = [n for n in arguments.sweep.split(",") if n]
+    for name in sweep_names:
         if name not in sweeps:
             raise SystemExit(f"no sweep '{name}' in bench/sweeps.txt; known: "
                              f"{' '.join(sorted(sweeps))}")
@@ -610,29 +672,31 @@ def main():
     writer.writerow(CSV_COLUMNS + CSV_EXTRA_COLUMNS)
     results = {}
     started = time.time()
-    steps = [(shape, pass_name) for shape in shapes for pass_name in ("fwd", "bwd")]
-    for step, (shape, pass_name) in enumerate(steps, 1):
+    deterministic_keys = deterministic_shapes(sweeps, sweep_names)
+    steps = [(shape, step_pass) for shape in shapes for step_pass in ("fwd", "bwd")]
+    for step, (shape, step_pass) in enumerate(steps, 1):
         active, skipped = [], []
-        for impl in implementations:
-            if pass_name not in impl.passes:
-                continue
+        for impl, pass_name in group_members(implementations, shape, step_pass,
+                                             deterministic_keys):
             reason = impl.unsupported(shape, pass_name, gpu_capability)
-            (skipped if reason else active).append((impl, reason))
-        state = {key(impl): {"clock": [], "power": [], "skip": "", "workspace": None}
-                 for impl, _ in active}
+            (skipped if reason else active).append((impl, pass_name, reason))
+        state = {member_key(impl, pass_name): {"clock": [], "power": [], "skip": "",
+                                               "workspace": None}
+                 for impl, pass_name, _ in active}
         light, heavy = [], []
-        for impl, _ in active:
+        for impl, pass_name, _ in active:
             try:
-                (heavy if impl.heavy_bytes(shape, pass_name) > HEAVY_BYTES else light).append(impl)
+                (heavy if impl.heavy_bytes(shape, pass_name) > HEAVY_BYTES else light).append(
+                    (impl, pass_name))
             except Skip as skip:
-                state[key(impl)]["skip"] = str(skip)
-        for group in ([light] if light else []) + [[impl] for impl in heavy]:
-            time_group(torch, group, shape, pass_name, state, rotation_bytes, clocks, pool)
+                state[member_key(impl, pass_name)]["skip"] = str(skip)
+        for group in ([light] if light else []) + [[member] for member in heavy]:
+            time_group(torch, group, shape, state, rotation_bytes, clocks, pool)
         summary = []
-        for impl, reason in skipped:
+        for impl, pass_name, reason in skipped:
             write_row(writer, gpu, impl, shape, pass_name, None, reason, arguments.commit, ceilings)
-        for impl, _ in active:
-            entry = state[key(impl)]
+        for impl, pass_name, _ in active:
+            entry = state[member_key(impl, pass_name)]
             if entry["skip"] or not entry.get("times"):
                 write_row(writer, gpu, impl, shape, pass_name, None, entry["skip"] or "not run",
                           arguments.commit, ceilings)
@@ -640,13 +704,20 @@ def main():
             row = write_row(writer, gpu, impl, shape, pass_name, entry, "", arguments.commit,
                             ceilings)
             results[(impl.name, impl.dtype_name, shape.key(), pass_name)] = row
-            summary.append(f"{impl.name}/{impl.dtype_name} {row['median_ms']:.4g}")
+            label = "" if pass_name == step_pass else f" {pass_name}"
+            summary.append(f"{impl.name}/{impl.dtype_name}{label} {row['median_ms']:.4g}")
         out.flush()
         elapsed = time.time() - started
-        print(f"[{step}/{len(steps)}, {elapsed / 60:.1f} min] {pass_name} {shape.describe()}: "
+        print(f"[{step}/{len(steps)}, {elapsed / 60:.1f} min] {step_pass} {shape.describe()}: "
               + "; ".join(summary) + (f" ({len(skipped)} skipped)" if skipped else ""), flush=True)
     out.close()
-    return aa_check(results, shapes, arguments.aa_file)
+    status = aa_check(results, shapes, arguments.aa_file)
+    deterministic_stages = [impl for impl in implementations if "bwd_det" in impl.passes]
+    headline = [Shape(*fields) for fields in sweeps.get("bf16-headline", [])]
+    deterministic_check(results, deterministic_stages,
+                        [shape for shape in shapes if shape.key() in deterministic_keys],
+                        headline[0] if headline else None, arguments.deterministic_file)
+    return status
 
 
 def write_row(writer, gpu, impl, shape, pass_name, entry, skip, commit, ceilings):
@@ -703,6 +774,39 @@ def aa_check(results, shapes, path):
         with open(path, "w") as aa_file:
             aa_file.write(text + "\n")
     return 0
+
+
+def deterministic_check(results, stages, shapes, headline, path):
+    """Per stage with a deterministic backward and per shape of DETERMINISTIC_SWEEPS in the run:
+    the median time of its bwd_det over its bwd's, two members of one group (GROUP_PASSES).
+    Informative: the run's status does not depend on it."""
+    lines = [f"Deterministic backward: its median time over the default backward's, per stage "
+             f"and shape (both timed in the same turns; the target at the BF16 headline: at most "
+             f"{DETERMINISTIC_TARGET:.2f})"]
+    if not stages:
+        lines.append("no stage with a deterministic backward in this run")
+    elif not shapes:
+        lines.append(f"no shape of {', '.join(DETERMINISTIC_SWEEPS)} in this run's sweeps")
+    for impl in stages if shapes else []:
+        prefix = f"{impl.name} deterministic backward / default:"
+        for shape in shapes:
+            deterministic = results.get((impl.name, impl.dtype_name, shape.key(), "bwd_det"))
+            default = results.get((impl.name, impl.dtype_name, shape.key(), "bwd"))
+            if not (deterministic and default):
+                lines.append(f"{prefix} {shape.tag()} not timed (the CSV's bwd and bwd_det rows "
+                             f"say why)")
+                continue
+            ratio = deterministic["median_ms"] / default["median_ms"]
+            lines.append(f"{prefix} {shape.tag()} {ratio:.3f}")
+            if headline is not None and shape.key() == headline.key():
+                lines.append(f"{impl.name} at the BF16 headline: "
+                             f"{'within' if ratio <= DETERMINISTIC_TARGET else 'BEYOND'} the "
+                             f"target of {DETERMINISTIC_TARGET:.2f}")
+    text = "\n".join(lines)
+    print(text, flush=True)
+    if path:
+        with open(path, "w") as deterministic_file:
+            deterministic_file.write(text + "\n")
 
 
 if __name__ == "__main__":

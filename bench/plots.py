@@ -45,7 +45,8 @@ RESULTS_ROOT = REPO / "bench" / "results"
 ENV_RESULTS = "BENCH_RESULTS_DIR"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from schema import BASELINES, CSV_COLUMNS as COLUMNS, SOL_CEILING, STAGES, read_sweeps  # noqa: E402
+from schema import (BACKWARD_PASSES, BASELINES, CSV_COLUMNS as COLUMNS, SOL_CEILING,  # noqa: E402
+                    STAGES, read_sweeps)
 
 FLOP_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lkv·d (halved when causal), "
              "backward 2.5× forward; times are medians over timed calls.")
@@ -103,7 +104,7 @@ class Row:
     len_kv: int
     head_dim: int
     causal: bool
-    pass_: str          # "fwd" or "bwd"
+    pass_: str          # "fwd", "bwd" or "bwd_det" (the deterministic backward; no figure draws it)
     median_ms: float | None
     min_ms: float | None
     tflops: float | None
@@ -252,7 +253,7 @@ def flops(row: Row) -> float:
     forward = 4.0 * row.batch * row.heads * row.len_q * row.len_kv * row.head_dim
     if row.causal:
         forward /= 2
-    return forward * (2.5 if row.pass_ == "bwd" else 1.0)
+    return forward * (2.5 if row.pass_ in BACKWARD_PASSES else 1.0)
 
 
 def element_bytes(dtype: str) -> int:
@@ -264,7 +265,7 @@ def min_bytes(row: Row) -> float:
     q = row.batch * row.heads * row.len_q * row.head_dim
     kv = row.batch * row.heads * row.len_kv * row.head_dim
     lse = row.batch * row.heads * row.len_q
-    factor = 4 if row.pass_ == "bwd" else 2
+    factor = 4 if row.pass_ in BACKWARD_PASSES else 2
     return element_bytes(row.dtype) * (factor * q + factor * kv) + 4.0 * lse
 
 

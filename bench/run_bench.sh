@@ -6,9 +6,11 @@
 #      PyTorch's matmul beside them as a check;
 #   3. times every stage and baseline over the sweeps in one process, bench/driver.py: per shape
 #      and pass, every implementation in interleaved slices, by one rule, with the A/A check of
-#      the stages that carry a copy of another's forward (docs/benchmarking.md); needs PyTorch;
-#   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log,aa-check.txt},
-#      replacing the previous run's files only once everything succeeded;
+#      the stages that carry a copy of another's forward (docs/benchmarking.md), and the
+#      deterministic backward's time over the default's where a stage has one; needs PyTorch;
+#   4. writes bench/results/<gpu>/{results.csv,ceilings.csv,system.txt,bench.log,aa-check.txt,
+#      deterministic-check.txt}, replacing the previous run's files only once everything
+#      succeeded;
 #   5. draws this run's figures into bench/results/<gpu>/img/ (the committed figures in
 #      docs/img/ change only with `make plots`).
 # Before anything is built it checks for a GPU and sets up the Python environment of the plots
@@ -126,7 +128,8 @@ METHOD=$("$PYTHON" bench/driver.py --describe)
 say "== every stage and baseline in one schedule ($(elapsed) so far)"
 stage_list=$(IFS=,; echo "${suites[*]}")
 "$PYTHON" -u bench/driver.py --stages "$stage_list" --sweep "$SWEEPS" --csv "$WORK/results.csv" \
-    --ceilings-file "$WORK/ceilings.csv" --aa-file "$WORK/aa-check.txt" --commit "$COMMIT" \
+    --ceilings-file "$WORK/ceilings.csv" --aa-file "$WORK/aa-check.txt" \
+    --deterministic-file "$WORK/deterministic-check.txt" --commit "$COMMIT" \
     --dtypes "$DTYPES" 2>&1 | tee -a "$LOG"
 
 # ---- the system the numbers belong to -----------------------------------------------------
@@ -153,8 +156,8 @@ DEST=bench/results/$SLUG
 mkdir -p "$DEST"
 say "== done in $(elapsed): $(($(wc -l <"$WORK/results.csv") - 1)) rows, results in $DEST/"
 [ $((SECONDS - START)) -le 600 ] || say "note: over the 10-minute budget"
-rm -f "$DEST/aa-check.txt"
-for file in results.csv ceilings.csv system.txt bench.log aa-check.txt; do
+rm -f "$DEST/aa-check.txt" "$DEST/deterministic-check.txt"
+for file in results.csv ceilings.csv system.txt bench.log aa-check.txt deterministic-check.txt; do
     if [ -f "$WORK/$file" ]; then mv -f "$WORK/$file" "$DEST/$file"; fi
 done
 

@@ -18,6 +18,13 @@ CSV_COLUMNS = ["gpu", "stage", "dtype", "batch", "heads", "len_q", "len_kv", "he
 # readings after each turn, the median over its turns.
 CSV_EXTRA_COLUMNS = ["slices", "slice_min_ms", "slice_max_ms", "calls", "sm_clock_mhz", "power_w"]
 
+# The pass column: fwd, bwd, and bwd_det, the deterministic backward (AttentionShape::deterministic,
+# bit-identical gradients) of the stages whose capabilities say deterministic_backward, which
+# bench/driver.py times at the shapes of its DETERMINISTIC_SWEEPS only. Both backward passes
+# count the backward's FLOPs. The per-stage binary (common/bench.cpp) writes fwd and bwd alone.
+PASSES = ["fwd", "bwd", "bwd_det"]
+BACKWARD_PASSES = ["bwd", "bwd_det"]
+
 # Must match kCeilingsHeader in common/ceilings.h.
 CEILINGS_COLUMNS = ["gpu", "ceiling", "value", "unit", "median_ms", "method"]
 

@@ -18,7 +18,8 @@ NAME is either
   * sdpa-fp32: seed 003's table, the FP32 stages (stages=, default 04_warp_shuffle) against
     PyTorch's FP32 SDPA over the non-causal seqlen sweep at d = 64: torch_sdpa (the default
     dispatch) where the run has it, else torch_efficient (the fused backend that takes FP32).
-Options: stages=a,b,c (implementations, in that order; default all), pass=fwd|bwd,
+Options: stages=a,b,c (implementations, in that order; default all), pass=fwd|bwd|bwd_det
+(bwd_det: the deterministic backward, timed at a few shapes only; shown only when asked for),
 dtype=fp32|bf16, causal=0|1, baseline=NAME.
 
 A number inside a sentence is generated the same way, from one row of the same run:

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Unit tests of the benchmark's Python scripts that need no GPU (CI runs them): the one list
 of baselines, the figures' styles, the tables' order and rendering, the benchmark
-schedule's A/A check and its FP32 shapes, and the comparison of two runs. Run: python3 -m unittest bench/test_scripts.py (with matplotlib)."""
+schedule's A/A check, its FP32 shapes and its deterministic backward rows (bwd_det), and the
+comparison of two runs. Run: python3 -m unittest bench/test_scripts.py (with matplotlib)."""
 import csv
 import math
 import os
@@ -95,6 +96,91 @@ class AACheck(unittest.TestCase):
     def test_copies_beyond_the_tolerance_disagree(self):
         text = self.check(1.03)
         self.assertEqual(text.count("DISAGREE at 1x8x4096x8192x128x0"), len(driver.AA_PAIRS))
+
+
+class FakeImplementation:
+    def __init__(self, name, passes, dtype_name="bf16"):
+        self.name, self.passes, self.dtype_name = name, passes, dtype_name
+
+
+class DeterministicRows(unittest.TestCase):
+    """bwd_det: the deterministic backward of the stages that have one, at the target shapes."""
+
+    headline = driver.Shape(*schema.read_sweeps()["bf16-headline"][0])
+    long_seqlen = driver.Shape(1, 32, 16384, 16384, 128, 0)
+
+    def test_timed_in_the_backward_group_at_the_target_shapes_only(self):
+        sweeps = schema.read_sweeps()
+        deterministic = FakeImplementation("11_hopper_backward", ["fwd", "bwd", "bwd_det"])
+        default_only = FakeImplementation("07_backward", ["fwd", "bwd"])
+        flash = FakeImplementation("torch_flash", ["fwd", "bwd"])
+        implementations = [deterministic, default_only, flash]
+        keys = driver.deterministic_shapes(sweeps, ["fp32-headline", "bf16-headline", "seqlen",
+                                                    "extra"])
+        self.assertEqual(keys, {driver.Shape(*fields).key() for name in driver.DETERMINISTIC_SWEEPS
+                                for fields in sweeps[name]})
+        self.assertIn(self.headline.key(), keys)
+        self.assertNotIn(self.long_seqlen.key(), keys)
+        members = driver.group_members(implementations, self.headline, "bwd", keys)
+        self.assertEqual([(impl.name, pass_name) for impl, pass_name in members],
+                         [("11_hopper_backward", "bwd"), ("11_hopper_backward", "bwd_det"),
+                          ("07_backward", "bwd"), ("torch_flash", "bwd")])
+        for shape, step_pass in ((self.headline, "fwd"), (self.long_seqlen, "bwd")):
+            members = driver.group_members(implementations, shape, step_pass, keys)
+            self.assertNotIn("bwd_det", [pass_name for _, pass_name in members])
+        # A run without those sweeps (smoke, say) times no bwd_det at all.
+        self.assertEqual(driver.deterministic_shapes(sweeps, ["seqlen", "smoke"]), set())
+
+    def test_the_shape_asks_for_the_mode_and_counts_backward_flops(self):
+        self.assertTrue(driver.StageImplementation.c_shape(self.headline, "bwd_det").deterministic)
+        self.assertFalse(driver.StageImplementation.c_shape(self.headline, "bwd").deterministic)
+        self.assertEqual(self.headline.flops("bwd_det"), self.headline.flops("bwd"))
+        row = plots.Row("Test GPU", "11_hopper_backward", "bf16", *self.headline.key(), "bwd_det",
+                        1.0, 1.0, None, None, 0, "test", "ok")
+        self.assertEqual(plots.flops(row), self.headline.flops("bwd"))
+
+    def summary(self, ratio, shapes=None):
+        stage = FakeImplementation("11_hopper_backward", ["fwd", "bwd", "bwd_det"])
+        results = {("11_hopper_backward", "bf16", self.headline.key(), "bwd"): {"median_ms": 2.0},
+                   ("11_hopper_backward", "bf16", self.headline.key(), "bwd_det"):
+                       {"median_ms": 2.0 * ratio}}
+        extra = driver.Shape(4, 8, 4096, 4096, 64, 0)
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "deterministic-check.txt")
+            with open(os.devnull, "w") as quiet:
+                stdout, sys.stdout = sys.stdout, quiet
+                try:
+                    driver.deterministic_check(results, [stage], shapes or [self.headline, extra],
+                                               self.headline, path)
+                finally:
+                    sys.stdout = stdout
+            with open(path) as summary_file:
+                return summary_file.read()
+
+    def test_the_summary_gives_the_ratio_per_shape_and_the_verdict_at_the_headline(self):
+        text = self.summary(1.07)
+        self.assertIn("11_hopper_backward deterministic backward / default: "
+                      "1x8x4096x8192x128x0 1.070\n", text)
+        self.assertIn("11_hopper_backward deterministic backward / default: 4x8x4096x4096x64x0 "
+                      "not timed", text)
+        self.assertIn("11_hopper_backward at the BF16 headline: within the target of 1.15", text)
+        self.assertIn("BEYOND the target", self.summary(1.2))
+
+    def test_tables_and_figures_keep_bwd_det_out_of_the_backward(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "results.csv")
+            write_results(path, [("11_hopper_backward", "bf16", self.headline.key(), "bwd", 2.0),
+                                 ("11_hopper_backward", "bf16", self.headline.key(), "bwd_det",
+                                  2.2),
+                                 ("11_hopper_backward", "bf16", self.headline.key(), "fwd", 1.0)])
+            book = tables.Tables(path, os.path.join(HERE, "sweeps.txt"))
+            lines = book.shape_table(self.headline.key(), book.implementations({}), {})
+            self.assertEqual([line.split(" | ")[2] for line in lines[4:]], ["fwd", "bwd"])
+            self.assertEqual(book.value("11_hopper_backward bf16-headline bwd_det median_ms"),
+                             "2.20")
+            results = plots.load(folder)
+        self.assertEqual([(step.group, step.row.pass_) for step in plots.ladder(results)],
+                         [("BF16 forward", "fwd"), ("BF16 backward", "bwd")])
 
 
 class CompareRuns(unittest.TestCase):
