@@ -3,7 +3,7 @@
 
 STAGES    := 00_naive 01_fused_rowwise 02_tiled 03_online_softmax 04_warp_shuffle 05_mma_swizzle \
              06_pipelined 07_backward 08_wgmma_tma 09_warp_specialized \
-             10_pingpong 11_hopper_backward
+             10_pingpong 11_hopper_backward 12_persistent
 BASELINES := bench/cublas_fp32 bench/cublas_bf16
 SUITES    := $(STAGES) $(BASELINES)
 JOBS      ?= $(shell nproc)
@@ -77,12 +77,13 @@ test:
 	TEST_SUMMARY_FILE=build/python/test-summary.txt $(PYTHON_TEST) python/test_flashcourse.py || true; \
 	bash common/sum_tests.sh $(foreach s,$(SUITES),$(notdir $(s))) python
 
-# Reads the compiled ping-pong forward (stage 10, and the copy in 11) and checks that the
-# softmax's exponentials in its main loop lie between the consumer's wgmma.wait_group 1 and 0,
-# the overlap chapter 10 teaches (common/check_sass.py). D = 64 is reported, not required: the
-# exponent unit bounds that loop and the overlapped form measured slower (lab notes 10). Needs
-# nvcc, no GPU; cuobjdump from PATH or fetched into .deps/ (common/fetch_cuobjdump.sh). CI runs it.
-SASS_CHECKED := 10_pingpong 11_hopper_backward
+# Reads the compiled ping-pong forward (stage 10, the copy in 11, and 12's persistent one) and
+# checks that the softmax's exponentials in its main loop lie between the consumer's
+# wgmma.wait_group 1 and 0, the overlap chapter 10 teaches (common/check_sass.py). D = 64 is
+# reported, not required: the exponent unit bounds that loop and the overlapped form measured
+# slower (lab notes 10). Needs nvcc, no GPU; cuobjdump from PATH or fetched into .deps/
+# (common/fetch_cuobjdump.sh). CI runs it.
+SASS_CHECKED := 10_pingpong 11_hopper_backward 12_persistent
 sass-check:
 	@for suite in $(SASS_CHECKED); do $(MAKE) --no-print-directory -C $$suite all || exit 1; done; \
 	cuobjdump=$$(bash common/fetch_cuobjdump.sh) || { echo "error: $$cuobjdump" >&2; exit 2; }; \
