@@ -344,14 +344,14 @@ def drawn_once(impls, pass_: str = "fwd") -> list:
 
 
 # One colour per stage, in families: grey to blue for FP32 (00-04), greens for BF16 mma.sync
-# (05-07), warm colours for Hopper (08-11). A backward stage shares its forward's colour.
+# (05-07), warm colours for Hopper (08-12). A backward stage shares its forward's colour.
 _STAGE_COLORS = {
     "00": "#8c8c8c", "01": "#8e6cc1", "02": "#4c72b0", "03": "#1b9bd1", "04": "#0b4f8a",
     "05": "#66bb6a", "06": "#2e7d32", "07": "#2e7d32",
-    "08": "#f5a623", "09": "#e8590c", "10": "#c2185b", "11": "#c2185b",
+    "08": "#f5a623", "09": "#e8590c", "10": "#c2185b", "11": "#c2185b", "12": "#7b1fa2",
 }
 _STAGE_MARKERS = {"00": "o", "01": "s", "02": "D", "03": "^", "04": "v", "05": "o", "06": "s",
-                  "07": "s", "08": "D", "09": "^", "10": "v", "11": "v"}
+                  "07": "s", "08": "D", "09": "^", "10": "v", "11": "v", "12": "P"}
 _BASELINE_STYLE = {  # color, marker, linestyle
     "torch_flash": ("#111111", "x", "--"), "torch_cudnn": ("#b71c1c", "+", "-."),
     "torch_eager": ("#7a7a7a", "3", ":"), "torch_sdpa": ("#a0522d", "x", "--"),

@@ -85,6 +85,22 @@ def within(case, name, value, exact, pytorch):
                                        f"reference, PyTorch's {bound / 2:.3g}")
 
 
+def check_forward(case, stage, shape):
+    """O and LSE of one forward call against the float64 reference."""
+    q, k, v = inputs(stage, shape)
+    o, lse = flashcourse.attention(q, k, v, causal=shape[5], stage=stage, return_lse=True)
+    exact, copies = reference(q, k, v, shape[5])
+    pytorch, _ = reference(q, k, v, shape[5], dtype=q.dtype)
+    within(case, "O", o, exact, pytorch)
+    scores = torch.matmul(copies[0], copies[1].transpose(-2, -1)) / shape[4] ** 0.5
+    if shape[5]:
+        hidden = torch.ones(shape[2], shape[3], dtype=torch.bool, device="cuda").triu(1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    exact_lse = torch.logsumexp(scores, dim=-1)
+    case.assertLessEqual((lse.double() - exact_lse).abs().max().item(), 1e-3,
+                         "lse against the float64 log-sum-exp")
+
+
 def skip_unless(problem):
     return unittest.skipIf(bool(problem), problem)
 
@@ -101,20 +117,7 @@ def add_stage_cases():
                 if shape[4] not in caps.head_dims or (shape[5] and not caps.causal):
                     self.skipTest(f"{stage} does not support head_dim {shape[4]}"
                                   f"{' with causal' if shape[5] else ''}")
-                q, k, v = inputs(stage, shape)
-                o, lse = flashcourse.attention(q, k, v, causal=shape[5], stage=stage,
-                                               return_lse=True)
-                exact, copies = reference(q, k, v, shape[5])
-                pytorch, _ = reference(q, k, v, shape[5], dtype=q.dtype)
-                within(self, "O", o, exact, pytorch)
-                scores = torch.matmul(copies[0], copies[1].transpose(-2, -1)) / shape[4] ** 0.5
-                if shape[5]:
-                    hidden = torch.ones(shape[2], shape[3], dtype=torch.bool,
-                                        device="cuda").triu(1)
-                    scores = scores.masked_fill(hidden, float("-inf"))
-                exact_lse = torch.logsumexp(scores, dim=-1)
-                self.assertLessEqual((lse.double() - exact_lse).abs().max().item(), 1e-3,
-                                     "lse against the float64 log-sum-exp")
+                check_forward(self, stage, shape)
             setattr(StageCases, f"test_{stage}_forward_{tag}", skip_unless(problem)(forward))
             if stage not in BACKWARD_STAGES:
                 continue
@@ -161,6 +164,20 @@ class Compiled(unittest.TestCase):
         self.assertTrue(torch.equal(eager_o, compiled_o))
         for eager, traced in zip(eager_grads, compiled_grads):
             self.assertTrue(torch.equal(eager, traced))
+
+
+class Persistent(unittest.TestCase):
+    """Stage 12 with more work tiles than the GPU has SMs (SHAPES all fit in one wave): every
+    block walks several work tiles, and the causal calls take theirs from the tile counter."""
+
+    @needs("12_persistent")
+    def test_several_work_tiles_per_block(self):
+        sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+        for head_dim in (64, 128):
+            for causal in (False, True):
+                # 200 rows are two query tiles (128 or 192 rows each): four work tiles per SM.
+                with self.subTest(head_dim=head_dim, causal=causal):
+                    check_forward(self, "12_persistent", (1, 2 * sms, 200, 130, head_dim, causal))
 
 
 class BadInput(unittest.TestCase):

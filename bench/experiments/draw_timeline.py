@@ -2,8 +2,9 @@
 """Draws the schedule of one block of a Hopper stage as it ran: one row per warpgroup, a bar per
 phase, from the stamps bench/experiments/timeline.cu writes (common/timeline.cuh names the
 events); with --summary, prints the phases' durations instead, per stage, over the steady tiles.
-The CSV's first line says the pass: the forward of 08, 09 and 10 walks K/V tiles, the backward
-of 11 query tiles. Each bar spans two consecutive stamps of a warpgroup, coloured by what lies
+The CSV's first line says the pass: the forward of 08, 09, 10 and 12 walks K/V tiles (a block of
+12 walks several work tiles, its K/V tiles numbered on from one to the next), the backward of 11
+query tiles. Each bar spans two consecutive stamps of a warpgroup, coloured by what lies
 between. The forward:
 
   tile_ready -> turn                    waiting for its turn to issue (stage 10's ping-pong)
@@ -111,11 +112,15 @@ STAGE_LABELS = {
     "10": {"issue": "issues S and the previous tile's P V",
            "after": "rescales O, packs P, waits for K, V"},
 }
+STAGE_LABELS["12"] = STAGE_LABELS["10"]  # 10's loop; a work tile's first K/V tile also stages O
+# Stages whose blocks walk several work tiles: there Lk over the block's K/V tiles is not the
+# keys of one tile, and the summary leaves out the GEMM rate it would derive from it.
+PERSISTENT_STAGES = {"12"}
 
 
 def pass_of(title):
     """The pass the CSV's first line names ('11_hopper_backward backward, B=1 ...'): forward
-    unless it says backward (the CSVs of 08-10 say forward)."""
+    unless it says backward (the CSVs of 08-10 and 12 say forward)."""
     words = title.split(",")[0].split()
     return PASSES["backward" if len(words) > 1 and words[1] == "backward" else "forward"]
 
@@ -162,8 +167,8 @@ def phases(stamps, kind, first=0):
 
 def tile_range(stamps):
     """The consumers' tiles: (first, end), the first tile_ready's tile and the end stamp's (the
-    number of tiles: 08-10's K/V tiles; 11's query tiles, of which a causal block walks those
-    from `first`)."""
+    number of tiles: 08-10's and 12's K/V tiles; 11's query tiles, of which a causal block walks
+    those from `first`)."""
     return (min(r["tile"] for r in stamps if r["event"] == "tile_ready"),
             max(r["tile"] for r in stamps if r["event"] == "end"))
 
@@ -379,6 +384,9 @@ def summary(path):
                         f"of 64 x {queries} x {head_dim} and dQ's 64 x 64 x {keys}) per median "
                         f"period: {rate / 1e3:.2f} TFLOP/s per SM ({rate / 1e3 * 132:.0f} "
                         "TFLOP/s if 132 SMs ran so)")
+        elif not backward and stage in PERSISTENT_STAGES:
+            note.append("  steady tiles: the block walks several work tiles, so its K/V tiles do "
+                        "not divide Lk: no GEMM rate")
         elif not backward and "Lk" in shape and "D" in shape:
             keys = 16 * -(-int(shape["Lk"]) // (16 * end_tile))  # BLOCK_KV: the tiles cover Lk
             flops = len(consumers) * 2 * 2 * 64 * keys * int(shape["D"])

@@ -1,10 +1,10 @@
 // A Hopper stage's kernel with its phase stamps compiled in (common/timeline.cuh): runs one
 // shape, then writes every stamp of the first blocks as CSV, for draw_timeline.py to draw the
-// schedule as it happened on the SM. The forward for 08, 09 and 10; the backward for 11
+// schedule as it happened on the SM. The forward for 08, 09, 10 and 12; the backward for 11
 // (TIMELINE_BACKWARD, set by the Makefile), after one forward that gives it O and LSE. A warm-up
 // call first, so that the measured call finds the clocks up and the code loaded. Not a
 // benchmark: the stamps cost a clock read and a store each.
-//   make -C bench/experiments timeline       (builds it for 08, 09, 10 and 11)
+//   make -C bench/experiments timeline       (builds it for 08, 09, 10, 11 and 12)
 //   build/experiments/timeline_10_pingpong [B H Lq Lk D causal] > timeline.csv   (an H100)
 //   build/experiments/timeline_11_hopper_backward [B H Lq Lk D causal] > timeline_11.csv
 // Default shape: the BF16 headline, 1 8 4096 8192 128 0.

@@ -35,7 +35,9 @@ import stage_abi  # noqa: E402  (common/stage_abi.py: the one ctypes binding of 
 
 __all__ = ["attention", "capabilities", "stages", "DEFAULT_STAGE"]
 
-DEFAULT_STAGE = "11_hopper_backward"  # the course's fastest forward and backward (Hopper)
+# The default needs a backward for training: stage 11, the fastest backward, whose forward is
+# stage 10's. 12_persistent runs that forward on a persistent grid and has no backward.
+DEFAULT_STAGE = "11_hopper_backward"
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
