@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A host-side model of the persistent stage-10 kernel's synchronization (no GPU needed).
+"""A host-side model of stage 12's synchronization, the persistent forward (no GPU needed).
 
 Every role of the kernel (the loader, the storer, each consumer warpgroup, the copy engine)
 is a Python generator that performs the kernel's barrier operations in the kernel's order; a
@@ -19,9 +19,12 @@ current phase parity differs from p; named barriers (the turns) complete when bo
     everything proves nothing.
   * every work tile's O is stored once per consumer, with that work tile's data.
 
-It models the code of 10_pingpong/attention.cu on this branch (SCHEDULE_SLOTS = 4, STAGES = 2,
-O_BUFFERS 1 with two consumers as the 176-key kernel, 2 and 3 as the others); warps of a
-warpgroup move together (one arrival per warpgroup stands for its four).
+It models the code of 12_persistent/attention.cu (written for the same kernel as stage 10 of
+branch persistent-forward; SCHEDULE_SLOTS = 4, STAGES = 2, O_BUFFERS 1 with two consumers as the
+176-key kernel, 2 and 3 as the others); warps of a warpgroup move together (one arrival per
+warpgroup stands for its four warps, or for its 128 threads on o_full). The consumers' loop
+nested per work tile issues the same barrier operations in the same order as the single loop
+over the block's K/V tiles that it replaced, so the model stands for both.
 
 usage: persistent_protocol_model.py [--runs N] [--seed S]
 """

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""What a persistent grid can save stage 10, from the committed benchmark run (no GPU needed).
+"""What a persistent grid can save stage 10 (stage 12's idea), from the committed benchmark run
+(no GPU needed).
 
 A model with three costs, fitted to stage 10's own forward times in a results CSV (the one-tile
 grid as committed): t, the time of one K/V tile of a work tile (proportional to the keys it
@@ -12,7 +13,7 @@ For each of the four kernels (D = 128 with 176 keys, D = 128 causal with 128, D 
 causal) the dispatch is simulated over the real work tiles of every shape of the run with
 N >= 1024, F (>= 0) and t found by a grid search, L as the mean residual.
 
-Then the persistent grid of this branch: one block per SM, work tiles taken in the same order
+Then the persistent grid of stage 12: one block per SM, work tiles taken in the same order
 (static for non-causal: block b takes b, b + 132, ...; causal: from a counter, the next one to
 whichever block is free first, when there are at least four work tiles per SM, plus the
 zeroing of the counter, --memset; fewer: the one-tile grid, as committed), each work tile paying
