@@ -18,6 +18,11 @@ and friends, `convert` F2FP (the packing of P), `int` the ordinary integer datap
 barriers, mbarrier operations and the wgmma fences and waits, `other` the rest (branches,
 shuffles, constants, NOPs).
 
+sass_tile_counts.py, beside it, reads the same kind of path for another question (stage 10's
+D = 64 kernel with exponentials moved to the FMA pipe: the cycles of issue, MUFU and the tensor
+cores per sub-partition); the two find the tile's path in their own ways, and each made its own
+evidence (docs/profiles/README.md, the programs), so both stay.
+
 usage: sass_tile_profile.py FILE [--kernel REGEX] [--cuobjdump PATH] [--hgmma-gaps] [--listing]
 """
 import argparse
