@@ -93,6 +93,7 @@ constexpr int SCHEDULE_SLOTS = 4;  // work tiles announced ahead of the consumer
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// excerpt: work-tile
 // A work tile: BLOCK_Q query rows of one (batch, head), and how many K/V tiles it reads.
 // kv_tiles == 0 says that the block has no more work.
 struct WorkTile {
@@ -116,6 +117,7 @@ __device__ __forceinline__ WorkTile work_tile(int tile, int batch_heads, int gro
     if (causal) work.kv_tiles = min(work.kv_tiles, ceil_div(work.q_start + Config::BLOCK_Q, Config::BLOCK_KV));
     return work;
 }
+// end excerpt
 
 // A persistent grid: one block per SM walks work tiles. The producer warp picks them (block b
 // starts with tile b; then, with `tile_counter`, the next one not taken by any block, else
@@ -193,6 +195,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     }
     __syncthreads();
 
+    // excerpt: next-work
     // The work tile of the block's round `round`, as the loader announced it. Every consumer
     // warp and the storer read each slot once and say so (the storer alone: `single`). In a
     // warp lane 0 alone reads the slot, before it frees it, and hands the tile to its lanes.
@@ -211,6 +214,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         }
         return work;
     };
+    // end excerpt
 
     if (warpgroup < 0) {
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
@@ -222,6 +226,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             // through a ring the stages are free: waiting on the parity of the phase before the
             // first one returns at once. `load` counts every K/V tile the block has asked for.
             TIMELINE_STAMP(TIMELINE_START, 0);
+            // excerpt: loader
             int tile = int(blockIdx.x), load = 0;
             for (int round = 0;; ++round) {
                 const int slot = round % SCHEDULE_SLOTS;
@@ -262,8 +267,10 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                 asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(blocks));
                 tile = int(blocks) + (tile_counter != nullptr ? atomicAdd(tile_counter, 1) : tile);
             }
+            // end excerpt
             TIMELINE_STAMP(TIMELINE_END, load);
         } else if (threadIdx.x == 32) {
+            // excerpt: storer
             // The storer: for each work tile and each consumer, in order, it waits until the
             // consumer has staged its O, stores the buffer with TMA (which writes only the rows
             // inside the tensor), and once the copy has read it, frees the buffer for the
@@ -283,6 +290,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                     mbarrier_arrive(&o_empty[(consumer + O_BUFFERS) % CONSUMERS]);
                 }
             }
+            // end excerpt
         }
         return;
     }
@@ -453,10 +461,12 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                 lse[int64_t(head) * len_q + row] = m[r] * scale + logf(sum);
         }
     };
+    // excerpt: o-empty
     auto stage_o = [&](const float (&inverse_sum)[2], int round) {
         const int buffer = warpgroup % O_BUFFERS;
         const int user = warpgroup / O_BUFFERS;  // 0: the buffer's first user in a round
         mbarrier_wait(&o_empty[warpgroup], uint32_t((user == 0 ? round + 1 : round) % 2));
+    // end excerpt
         bf16* o_tile = o_tiles + buffer * SLABS * 64 * 64;  // slab s: + s * 64 * 64
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -477,6 +487,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                              : "memory");
             }
         }
+        // excerpt: o-full
         // The copy engine reads what ordinary stores wrote: each thread fences, then arrives
         // (release) and the storer waits (acquire) before it issues the copy. Every thread
         // arrives, not each warp's lane 0 after a __syncwarp: compute-sanitizer's racecheck
@@ -484,6 +495,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         // lane's arrive (lab notes 12).
         fence_proxy_async_shared();
         mbarrier_arrive(&o_full[buffer]);
+        // end excerpt
     };
 
     float s[BLOCK_KV / 2];
@@ -519,6 +531,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     TIMELINE_STAMP(TIMELINE_SOFTMAX_DONE, 0);
     pack_p(s);
 
+    // excerpt: next-work-tile
     // At the block's K/V tile that starts a new work tile: the work tile before is done with
     // its softmax (LSE now, 1 / l kept for its O), m and l start again, the new rows' Q has landed.
     // False when the block has no more work.
@@ -534,7 +547,9 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         mbarrier_wait(&q_full[warpgroup], uint32_t(round % 2));
         return true;
     };
+    // end excerpt
 
+    // excerpt: step
     // K/V tile `kv_tile` of the work tile at hand, the block's `read`-th: S_j = Q K_j^T and
     // O += P_{j-1} V_{j-1} go to the tensor cores together, and the softmax of S_j runs between
     // the two waits (at D = 128; masked_softmax says why not at D = 64). `first`: K_j starts a
@@ -570,6 +585,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         rescale_o(alpha);
         pack_p(s);
     };
+    // end excerpt
 
     // excerpt: overlap-loop
     // The work tiles one after the other: inside one, the loop of the one-tile kernel; between
@@ -663,7 +679,8 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
                                     std::to_string(Config::BLOCK_Q) + ") = " +
                                     std::to_string(tiles) +
                                     " is not allowed: must be at most 2^31 - 1");
-    // Persistent: one block per SM (the shared memory admits no second one), or one per work
+    // excerpt: grid
+    // Persistent: one block per SM (its registers admit no second one), or one per work
     // tile where there are fewer. Causal work tiles differ in length: there the blocks take the
     // next tile from a counter, zeroed before the launch, so that a block that finishes early
     // takes more (longest first, as the hardware hands out the blocks of an ordinary grid). The
@@ -676,6 +693,7 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     const int blocks = int(shape.causal && !counted ? tiles : std::min<int64_t>(tiles, multiprocessors));
     Workspace counter(counted ? sizeof(int) : 0, stream);
     if (counted) CUDA_CHECK(cudaMemsetAsync(counter.as<int>(), 0, sizeof(int), stream));
+    // end excerpt
     const CUtensorMap q_map = make_tensor_map(q, batch_heads, shape.len_q, Config::HEAD_DIM, 64);
     const CUtensorMap k_map = make_tensor_map(k, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
     const CUtensorMap v_map = make_tensor_map(v, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);

@@ -564,6 +564,22 @@ def hopper_constants(found):
         "BLOCK_Q_D128": integer(path, r"static constexpr int BLOCK_Q = HEAD_DIM == 64 \? \d+ : (\d+);"),
         "STAGES": integer(path, r"struct BackwardTiling \{[^}]*?STAGES = (\d+);")}
     found["11_hopper_backward"]["BLOCK_KV"] = 64 * found["11_hopper_backward"]["CONSUMERS"]
+    path = "12_persistent/attention.cu"
+    buffers = re.search(r"static_assert\(Tiling64::O_BUFFERS == (\d+) && Tiling128::O_BUFFERS == (\d+) "
+                        r"&& Tiling128Causal::O_BUFFERS == (\d+)\);", source(path))
+    if not buffers:
+        raise SystemExit(f"draw.py: the O_BUFFERS static_assert of {path} changed: update the parser")
+    found["12_persistent"] = {
+        "Tiling64": hopper_tiling(path, "Tiling64"), "Tiling128": hopper_tiling(path, "Tiling128"),
+        "Tiling128Causal": hopper_tiling(path, "Tiling128Causal"),
+        "O_BUFFERS": {"Tiling64": int(buffers.group(1)), "Tiling128": int(buffers.group(2)),
+                      "Tiling128Causal": int(buffers.group(3))},
+        "SCHEDULE_SLOTS": integer(path, r"constexpr int SCHEDULE_SLOTS = (\d+);"),
+        "PRODUCER_REGISTERS": [integer(path, r"PRODUCER_REGISTERS = CONSUMERS == 2 \? (\d+) : \d+;"),
+                               integer(path, r"PRODUCER_REGISTERS = CONSUMERS == 2 \? \d+ : (\d+);")],
+        "O_FULL_ARRIVALS": integer(path, r"mbarrier_init\(&o_full\[buffer\], (\d+)\);"),
+        "COUNTED_FROM": integer(path, r"const bool counted = shape.causal && tiles >= (\d+) \* int64_t"),
+    }
 
 
 def flow_box(axis, x, y, width, height, text, colour, text_colour="white", size=8.5):
@@ -1209,6 +1225,75 @@ def backward_turns_11(plt, found):
                      "one consumer computes Pᵀ, dSᵀ or hands dQ over under the other's GEMMs"))
 
 
+def persistent_block_12(plt, found):
+    """12: one block of the persistent grid: who announces the work tiles, who reads them, and
+    where Q, K, V come in and O goes out."""
+    from matplotlib.patches import Rectangle
+    c = found["12_persistent"]
+    d128, d64, causal = c["Tiling128"], c["Tiling64"], c["Tiling128Causal"]
+    buffers = c["O_BUFFERS"]
+    figure, axis = blank(plt, 13.5, 7.4, 13.5, 8.4)
+    grey, producer, ring = "#8c8c8c", "#6a51a3", "#3b3b3b"
+    flow_box(axis, 0.2, 6.3, 3.0, 1.5, "device memory\nQ, K, V, O: [B·H][len][D] bf16\nthe tile counter: one int "
+             f"(causal,\nfrom {c['COUNTED_FROM']} work tiles per SM on)", grey, size=7.5)
+    # The producer warpgroup: the loader and the storer, one thread each.
+    axis.add_patch(Rectangle((0.45, 0.3), 2.85, 5.5, facecolor="none", edgecolor=producer,
+                             linestyle="--", linewidth=0.8))
+    axis.text(1.9, 5.5, "producer warpgroup", ha="center", fontsize=8.5, color=producer)
+    axis.text(1.9, 5.2, f"setmaxnreg.dec -> {c['PRODUCER_REGISTERS'][0]} ({c['PRODUCER_REGISTERS'][1]} "
+              "at D = 64)", ha="center", fontsize=7, color=producer)
+    flow_box(axis, 0.6, 2.9, 2.55, 1.9, "warp 0: the loader\npicks the next work tile\nand announces it; "
+             "loads\nits K/V tiles and each\nconsumer's Q rows", producer, size=7.5)
+    flow_box(axis, 0.6, 0.5, 2.55, 1.7, "warp 1: the storer\nstores each staged O\nby TMA, then frees\n"
+             "its buffer", producer, size=7.5)
+    flow_arrow(axis, (1.4, 4.8), (1.4, 6.3), style="<|-|>")
+    axis.text(1.5, 5.9, "atomicAdd", ha="left", fontsize=7, family="monospace")
+    axis.plot([0.6, 0.25, 0.25], [1.35, 1.35, 6.1], color=VALUE_COLOUR, linewidth=1.0)
+    flow_arrow(axis, (0.25, 6.0), (0.25, 6.3), colour=VALUE_COLOUR)
+    axis.text(0.3, 3.2, "TMA store of O", rotation=90, ha="left", va="center", fontsize=7,
+              family="monospace", color=VALUE_COLOUR)
+    # Shared memory: the K/V ring, each consumer's Q rows, the announcements, the O buffers.
+    axis.add_patch(Rectangle((4.1, 0.3), 4.1, 7.6, facecolor="none", edgecolor="#333333",
+                             linestyle="--", linewidth=0.8))
+    axis.text(6.15, 8.0, "shared memory (one block per SM)", ha="center", fontsize=8.5)
+    flow_box(axis, 4.25, 6.1, 3.8, 1.6, f"K/V ring: {d128[3]} stages of K and V\n({d128[2]} keys, "
+             f"{causal[2]} causal, {d64[2]} at D = 64);\nits position counts every K/V tile\n"
+             "of the block: it runs on", KEY_COLOUR, size=7.5)
+    flow_box(axis, 4.25, 4.4, 3.8, 1.4, "Q: 64 rows per consumer, reloaded\nfor the next work tile once "
+             "its last\nS = Q Kᵀ of this one is done (q_empty)", QUERY_COLOUR, size=7.5)
+    flow_box(axis, 4.25, 2.5, 3.8, 1.6, f"schedule: a ring of {c['SCHEDULE_SLOTS']} work tiles\n(head, first "
+             "query row, K/V tiles),\nfull / empty per slot; read by lane 0\nof every consumer warp and "
+             "the storer", ring, size=7.5)
+    flow_box(axis, 4.25, 0.5, 3.8, 1.7, f"O buffers of 64 rows: {buffers['Tiling128']} at {d128[2]} keys\n"
+             f"(taken in turn), {buffers['Tiling128Causal']} causal, {buffers['Tiling64']} at D = 64;\n"
+             f"o_full counts {c['O_FULL_ARRIVALS']} arrivals: every thread\nafter its own stores and fence",
+             VALUE_COLOUR, size=7.5)
+    flow_arrow(axis, (3.2, 7.3), (4.25, 6.9), "TMA", offset=(0, 0.05))
+    flow_arrow(axis, (3.2, 6.6), (4.25, 5.1), "", colour=QUERY_COLOUR)
+    flow_arrow(axis, (3.15, 3.6), (4.25, 3.3), "announce", offset=(0, 0.05))
+    flow_arrow(axis, (4.25, 2.7), (3.15, 1.9))
+    flow_arrow(axis, (4.25, 1.0), (3.15, 1.0), "o_full", offset=(0, 0.05), colour=VALUE_COLOUR)
+    # The consumers: stage 10's loop per work tile, the passage between work tiles.
+    count = d128[1]
+    height = 7.2 / count
+    for consumer in range(count):
+        y = 7.7 - (consumer + 1) * height + 0.25
+        flow_box(axis, 9.4, y, 3.9, height - 0.5,
+                 f"consumer {consumer}: rows {64 * consumer}-{64 * consumer + 63}\n"
+                 "per work tile, stage 10's ping-pong loop\nover its K/V tiles; between two work\n"
+                 "tiles: the next S₀ issued with the last\nP V, then O / l staged, LSE written",
+                 STATE_COLOUR, size=7.5)
+        centre = y + (height - 0.5) / 2
+        flow_arrow(axis, (8.05, 6.9), (9.4, centre + 0.6), colour=KEY_COLOUR)
+        flow_arrow(axis, (8.05, 5.1), (9.4, centre + 0.2), colour=QUERY_COLOUR)
+        flow_arrow(axis, (8.05, 3.3), (9.4, centre - 0.2), colour=ring)
+        flow_arrow(axis, (9.4, centre - 0.6), (8.05, 1.4), colour=VALUE_COLOUR)
+    axis.text(11.35, 0.1, f"(D = 64: {d64[1]} consumers of 64 rows)", ha="center", fontsize=7.5)
+    axis.set_title(f"Stage 12, one block of the persistent grid ({d128[1]} consumers at D = 128): the "
+                   "loader announces each work tile to the consumer warps and the storer",
+                   fontsize=10, loc="left")
+    save(plt, figure, "12_persistent_block.png")
+
 def main():
     found = constants()
     if "--check" in sys.argv[1:]:
@@ -1238,6 +1323,7 @@ def main():
     pingpong_10(plt, found)
     backward_flow_11(plt, found)
     backward_turns_11(plt, found)
+    persistent_block_12(plt, found)
     with open(MANIFEST, "w") as handle:
         json.dump(found, handle, indent=2, sort_keys=True)
         handle.write("\n")
