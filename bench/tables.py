@@ -707,7 +707,9 @@ def main():
     problems += [] if arguments.files else excerpts.problems(
         sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu")) +
                glob.glob(os.path.join(ROOT, "common", "*.h*"))))
-    if tables.pending:
+    # make docs prints one line (.ci/check_messages.sh holds it to that); the pending values
+    # (a stage newer than the committed run) are reported by the check.
+    if tables.pending and arguments.check:
         print(f"tables.py: {len(tables.pending)} value(s) pending: their implementation has no row "
               f"in {os.path.relpath(tables.results_path, ROOT)} yet (run `make bench`)")
     if not arguments.files:
