@@ -5,11 +5,6 @@
 // tile at every step), several of ragged lengths, causal and not, LSE null once; and a small
 // one for `make sanitize`. The checks are the shared suite's: the FP64 reference, NaN-poisoned
 // outputs, nothing written past their ends.
-#include <cmath>
-#include <vector>
-
-#include "reference.h"
-#include "stage_name.h"
 #include "test_support.h"
 
 namespace {
@@ -27,56 +22,13 @@ int64_t work_tiles(const AttentionShape& shape) {
     return int64_t(shape.batch) * shape.heads * ((shape.len_q + block_q - 1) / block_q);
 }
 
+// The shared suite's check (common/test_support.h), on a shape that first must reach the
+// persistent grid: more work tiles than SMs (causal: four per SM, the tile counter).
 void check_persistent(const AttentionShape& shape, bool with_lse = true) {
-    const uint64_t seed = fresh_seed();
-    INFO(attention_stage_name(), " ", shape.to_string(), " lse=", with_lse, " seed=", seed,
-         " work tiles=", work_tiles(shape), " SMs=", multiprocessors());
+    INFO("work tiles=", work_tiles(shape), " SMs=", multiprocessors());
     const int64_t needed = shape.causal ? 4 * int64_t(multiprocessors()) : int64_t(multiprocessors()) + 1;
     REQUIRE_MESSAGE(work_tiles(shape) >= needed, "the shape does not reach the persistent grid (causal: its tile counter)");
-    const std::vector<float> q = stage_inputs(size_t(shape.q_elements()), seed);
-    const std::vector<float> k = stage_inputs(size_t(shape.kv_elements()), seed + 1);
-    const std::vector<float> v = stage_inputs(size_t(shape.kv_elements()), seed + 2);
-    DeviceBuffer<Element> q_dev(q.size()), k_dev(k.size()), v_dev(v.size());
-    q_dev.upload(from_float<Element>(q));
-    k_dev.upload(from_float<Element>(k));
-    v_dev.upload(from_float<Element>(v));
-    DeviceBuffer<Element> o_dev(q.size() + kGuard);
-    DeviceBuffer<float> lse_dev(size_t(shape.lse_elements()) + kGuard);
-    o_dev.poison();
-    lse_dev.poison();
-
-    attention_forward(q_dev.data(), k_dev.data(), v_dev.data(), o_dev.data(),
-                      with_lse ? lse_dev.data() : nullptr, shape);
-    CUDA_CHECK(cudaDeviceSynchronize());
-
-    std::vector<Element> o_raw = o_dev.download();
-    std::vector<float> lse_raw = lse_dev.download();
-    CHECK_MESSAGE(still_poisoned(o_raw.data() + q.size(), kGuard * sizeof(Element)), "o was written past its end");
-    CHECK_MESSAGE(still_poisoned(lse_raw.data() + shape.lse_elements(), kGuard * sizeof(float)),
-                  "lse was written past its end");
-    o_raw.resize(q.size());
-    lse_raw.resize(size_t(shape.lse_elements()));
-
-    std::vector<double> o_ref(q.size()), lse_ref(lse_raw.size());
-    reference_forward(shape, q.data(), k.data(), v.data(), o_ref.data(), lse_ref.data());
-    const ErrorStats o_error = compare(to_float(o_raw), o_ref);
-    INFO("o: ", o_error.to_string());
-    CHECK(o_error.non_finite == 0);
-    CHECK(o_error.relative_l2 <= tolerance());
-    std::vector<float> o_plain(q.size());
-    emulated_bf16_forward(shape, q.data(), k.data(), v.data(), o_plain.data());
-    const ErrorStats plain = compare(o_plain, o_ref);
-    INFO("plain bf16: ", plain.to_string());
-    CHECK(o_error.relative_l2 <= 2 * plain.relative_l2 + 1e-6);
-    if (with_lse) {
-        const ErrorStats lse_error = compare(lse_raw, lse_ref);
-        INFO("lse: ", lse_error.to_string());
-        CHECK(lse_error.non_finite == 0);
-        CHECK((lse_error.relative_l2 <= 1e-5 || lse_error.max_abs <= 1e-5));
-    } else {
-        CHECK_MESSAGE(still_poisoned(lse_raw.data(), lse_raw.size() * sizeof(float)),
-                      "lse was written although it was null");
-    }
+    check_forward(shape, with_lse);
 }
 
 }  // namespace

@@ -11,9 +11,7 @@
 #include "test_support.h"
 #include "validate.h"
 
-namespace {
-
-void check_forward(const AttentionShape& shape, bool with_lse = true) {
+void check_forward(const AttentionShape& shape, bool with_lse) {
     const uint64_t seed = fresh_seed();
     INFO(attention_stage_name(), " ", shape.to_string(), " lse=", with_lse, " seed=", seed);
     const std::vector<float> q = stage_inputs(size_t(shape.q_elements()), seed);
@@ -69,6 +67,8 @@ void check_forward(const AttentionShape& shape, bool with_lse = true) {
                       "lse was written although it was null");
     }
 }
+
+namespace {
 
 int capped(int length, int limit) { return std::min(length, limit); }
 

@@ -85,3 +85,9 @@ void for_each_variant(Body body) {
         for (bool causal : {false, true})
             if (causal ? caps.causal : true) body(head_dim, causal);
 }
+
+// One forward call on fresh random inputs against the FP64 reference (common/test_forward.cpp):
+// O within the element type's tolerance (BF16: also within twice a plain BF16 implementation's
+// error), the LSE within 1e-5 or left untouched when null, nothing written past either end.
+// For a stage's own cases too (12_persistent's shapes that reach its persistent grid).
+void check_forward(const AttentionShape& shape, bool with_lse = true);
