@@ -13,7 +13,7 @@
  * Every function returns ATTENTION_C_OK or an error code, and never throws, prints, exits or
  * aborts. ATTENTION_C_INVALID_ARGUMENT: bad input (the shape, a pointer, the stage's limits),
  * refused before anything is launched or written. ATTENTION_C_RUNTIME_ERROR: a CUDA failure,
- * or a stage built for another GPU than the one present (08-11 need compute capability 9.0).
+ * or a stage built for another GPU than the one present (08-12 need compute capability 9.0).
  * attention_c_last_error() then says which field, its value and what is allowed, or which
  * CUDA call failed and where.
  *

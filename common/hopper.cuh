@@ -1,4 +1,4 @@
-// Inline PTX wrappers for the Hopper stages (08-11): the bulk tensor copy engine (TMA), the
+// Inline PTX wrappers for the Hopper stages (08-12): the bulk tensor copy engine (TMA), the
 // mbarriers it completes on, warpgroup MMA (wgmma) with its shared-memory matrix descriptors,
 // register reallocation (setmaxnreg) and named barriers. Chapter 08 introduces each one; 09 and
 // 10 add the producer/consumer pieces; stage 11's deterministic mode adds acquire and release

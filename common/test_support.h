@@ -13,7 +13,7 @@
 #include "harness.h"
 
 // A case that needs a GPU the stage can run on: reported as skipped, by name and with the
-// reason, where none is visible or the GPU is not the one the stage needs (08-11: Hopper).
+// reason, where none is visible or the GPU is not the one the stage needs (08-12: Hopper).
 inline bool stage_gpu_usable() { return gpu_unusable_reason(stage_capabilities()).empty(); }
 #define GPU_TEST_CASE(name) TEST_CASE(name * doctest::skip(!stage_gpu_usable()))
 
@@ -38,7 +38,7 @@ inline const std::vector<std::pair<int, int>>& unequal_lengths() {
 // per `sanitize:` case, so that a stage's Makefile can give each tool the groups it can check.
 // Under racecheck a kernel runs about a hundred times slower than natively, so every shape is
 // the smallest that reaches its code path in every stage. Tiles are at most 192 queries x 176
-// keys (08-11), 128 x 128 (07), 64 x 32..64 (the FP32 stages).
+// keys (08-12), 128 x 128 (07), 64 x 32..64 (the FP32 stages).
 //
 // Edges: one query tile and one or two key tiles; length 1, and lengths just past a tile.
 inline std::vector<AttentionShape> sanitize_shapes(int head_dim, bool causal) {

@@ -488,7 +488,7 @@ def backward_loop(plt, found):
     save(plt, figure, "07_backward_loop.png")
 
 
-# ---- the Hopper stages (08-11) ------------------------------------------------------------
+# ---- the Hopper stages (08-12) ------------------------------------------------------------
 
 def hopper_tiling(path, alias):
     """The template arguments of `using ALIAS = Tiling<...>;` in a Hopper stage's file."""
