@@ -115,6 +115,16 @@ def read_results(path):
     return rows
 
 
+def medians_by_shape(path, pass_name="fwd", dtype="bf16"):
+    """{shape: {implementation: median ms}} of a results CSV's rows of one pass and element type
+    that ran (status ok)."""
+    medians = {}
+    for (implementation, row_dtype, shape, row_pass), row in read_results(path).items():
+        if row_dtype == dtype and row_pass == pass_name and row["status"] == "ok":
+            medians.setdefault(shape, {})[implementation] = float(row["median_ms"])
+    return medians
+
+
 def implementation_order(stage):
     """Stages by number, then the baselines in bench/schema.py's one order, then anything else."""
     if re.match(r"\d\d_", stage):

@@ -11,14 +11,13 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tables import read_results  # noqa: E402  (the one reader of a results CSV)
+from tables import medians_by_shape  # noqa: E402  (the one reader of a results CSV)
 
 
 def forward_medians(path):
     """{(implementation, "BxHxLqxLkxDxcausal"): median ms} of the BF16 forward rows."""
-    return {(stage, "x".join(map(str, shape))): float(row["median_ms"])
-            for (stage, dtype, shape, pass_name), row in read_results(path).items()
-            if dtype == "bf16" and pass_name == "fwd" and row["status"] == "ok"}
+    return {(implementation, "x".join(map(str, shape))): median
+            for shape, times in medians_by_shape(path).items() for implementation, median in times.items()}
 
 
 def main():

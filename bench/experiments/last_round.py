@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tables import read_results  # noqa: E402  (the one reader of a results CSV)
+from tables import medians_by_shape  # noqa: E402  (the one reader of a results CSV)
 
 BLOCK_Q = {64: 192, 128: 128}  # stage 12's query rows per work tile (3 consumers at D = 64, 2 at 128)
 
@@ -29,10 +29,7 @@ def main():
     parser.add_argument("--baseline", default="torch_cudnn")
     parser.add_argument("--sms", type=int, default=132)
     arguments = parser.parse_args()
-    medians = {}
-    for (implementation, dtype, shape, pass_name), row in read_results(arguments.run).items():
-        if dtype == "bf16" and pass_name == "fwd" and row["status"] == "ok":
-            medians.setdefault(shape, {})[implementation] = float(row["median_ms"])
+    medians = medians_by_shape(arguments.run)
     print(f"# {arguments.run}: non-causal shapes, {arguments.sms} SMs; ratio = {arguments.baseline} time over {arguments.stage}'s")
     print(f"{'shape':<26}{'work tiles':>11}{'rounds':>9}{'full rounds':>12}{'busy at best':>13}"
           f"{'measured':>10}{'balanced':>10}")

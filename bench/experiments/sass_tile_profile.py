@@ -35,11 +35,10 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "common"))
-import check_sass  # noqa: E402  (functions(): the SASS listing split by kernel)
+import check_sass  # noqa: E402  (functions(): the SASS listing split by kernel; in_windows)
 
 BRANCH = re.compile(r"^(@!?U?P\w+\s+)?BRA(\.[\w.]+)?\s+(?:U?P\w+,\s*)?`?\(?0x([0-9a-f]+)")
-WAIT_ONE = "WARPGROUP.DEPBAR.LE gsb0, 0x1"
-WAIT_ZERO = "WARPGROUP.DEPBAR.LE gsb0, 0x0"
+WAIT_ONE, WAIT_ZERO = check_sass.WAIT_ONE, check_sass.WAIT_ZERO
 
 FP32 = {"FFMA", "FMUL", "FADD", "FMNMX", "FSEL", "FSETP", "FCHK", "FMUL2", "FADD2", "FFMA2"}
 INT = {"IMAD", "IADD3", "LOP3", "SHF", "LEA", "ISETP", "SEL", "MOV", "VIADD", "IABS", "PRMT",
@@ -188,15 +187,7 @@ def describe(name, code, show_gaps=False, listing=False):
     waits = [i for i, (_, t) in enumerate(path) if t in (WAIT_ONE, WAIT_ZERO)]
     first_hgmma = next(i for i, (_, t) in enumerate(path) if t.startswith("HGMMA"))
     last_hgmma = max(i for i, (_, t) in enumerate(path) if t.startswith("HGMMA"))
-    exps_between = 0
-    inside = False
-    for _, t in path:
-        if t == WAIT_ONE:
-            inside = True
-        elif t == WAIT_ZERO:
-            inside = False
-        elif inside and t.startswith("MUFU.EX2"):
-            exps_between += 1
+    exps_between = len(check_sass.in_windows(path))
     lines.append(f"  on that path: first HGMMA at instruction {first_hgmma}, last at "
                  f"{last_hgmma} (issue span {last_hgmma - first_hgmma + 1}); waits at "
                  + ", ".join(f"{i} ({'1' if path[i][1] == WAIT_ONE else '0'})" for i in waits)

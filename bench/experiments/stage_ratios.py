@@ -11,7 +11,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tables import read_results  # noqa: E402  (the one reader of a results CSV)
+from tables import medians_by_shape  # noqa: E402  (the one reader of a results CSV)
 
 
 def main():
@@ -23,10 +23,7 @@ def main():
     parser.add_argument("--pass", dest="pass_name", default="fwd")
     arguments = parser.parse_args()
     against = arguments.against.split(",")
-    medians = {}
-    for (implementation, dtype, shape, pass_name), row in read_results(arguments.run).items():
-        if dtype == "bf16" and pass_name == arguments.pass_name and row["status"] == "ok":
-            medians.setdefault(shape, {})[implementation] = float(row["median_ms"])
+    medians = medians_by_shape(arguments.run, arguments.pass_name)
     print(f"# {arguments.run}: {arguments.pass_name} time of each implementation over {arguments.stage}'s "
           "(> 1: the stage is faster), per shape B x H x Lq x Lk x D x causal")
     print(f"{'shape':<26}" + "".join(f"{name:>14}" for name in against))
