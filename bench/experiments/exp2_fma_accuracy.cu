@@ -65,6 +65,18 @@ namespace {
 //   rounding of P (2^-8).
 // On the host the same arithmetic (rint for the rounded add): bit for bit the device's, when
 // the host's arithmetic is not contracted into FMAs (the Makefile builds with -ffp-contract=off).
+// On the host: 2^n * p from t = 1.5 * 2^23 + n, by adding n (t's low mantissa bits) to p's
+// exponent field, as the device does with integer arithmetic on the bits.
+inline float scale_by_exponent(float t, float p) {
+    uint32_t t_bits, p_bits;
+    std::memcpy(&t_bits, &t, 4);
+    std::memcpy(&p_bits, &p, 4);
+    const uint32_t bits = (t_bits << 23) + p_bits;
+    float result;
+    std::memcpy(&result, &bits, 4);
+    return result;
+}
+
 template <int DEGREE = 3>
 __host__ __device__ __forceinline__ float poly_exp2(float x) {
     static_assert(DEGREE >= 2 && DEGREE <= 4, "poly_exp2: degree 2, 3 or 4");
@@ -88,13 +100,7 @@ __host__ __device__ __forceinline__ float poly_exp2(float x) {
 #ifdef __CUDA_ARCH__
     return __int_as_float((__float_as_int(t) << 23) + __float_as_int(p));
 #else
-    uint32_t t_bits, p_bits;
-    std::memcpy(&t_bits, &t, 4);
-    std::memcpy(&p_bits, &p, 4);
-    const uint32_t bits = (t_bits << 23) + p_bits;
-    float result;
-    std::memcpy(&result, &bits, 4);
-    return result;
+    return scale_by_exponent(t, p);
 #endif
 }
 
@@ -215,13 +221,7 @@ float floor_exp2(float x) {  // poly_exp2<3> with x rounded down, on the host
     const float f = x - (t - 12582912.0f);
     const float p = std::fma(std::fma(std::fma(floor_coefficients[2], f, floor_coefficients[1]), f,
                                       floor_coefficients[0]), f, 1.0f);
-    uint32_t t_bits, p_bits;
-    std::memcpy(&t_bits, &t, 4);
-    std::memcpy(&p_bits, &p, 4);
-    const uint32_t bits = (t_bits << 23) + p_bits;
-    float result;
-    std::memcpy(&result, &bits, 4);
-    return result;
+    return scale_by_exponent(t, p);
 }
 
 void part_remez() {
