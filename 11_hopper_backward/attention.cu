@@ -21,6 +21,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include "attention.h"
+#include "dq_order.h"
 #include "cuda_check.h"
 #include "hopper.cuh"
 #include "ptx.cuh"
@@ -550,6 +551,26 @@ struct DeterministicSums {
     uint32_t* dq_semaphores;  // [head][query tile][consumer]: how many key blocks have added
     float* second_rowsum;     // consumer 1's dS row sums (consumer 0's go to ds_rowsum)
     float* key_partials;      // [head][key block][consumer][HEAD_DIM]: K column sums
+    bool rotate;              // DqOrder::rotate: every block of a head fits on the GPU at once
+};
+
+// A consumer's place in its dQ chains (deterministic mode, the leader thread): how many pieces it
+// has handed over, and its turn held until its last reduce-add is complete (the semaphore and
+// the value that lets the next block in).
+struct PendingDqTurn {
+    uint32_t* semaphore = nullptr;
+    uint32_t value = 0;
+    int handed = 0;
+};
+
+// Deterministic mode: the block's watchers, one thread per consumer in the producer warpgroup,
+// spin on the consumer's semaphores in the order of its hand-overs, so that the consumer finds
+// its turn in shared memory instead of a round trip to L2 on its way. `ready` completes once a
+// phase per hand-over when the block's turn has come; `taken` once the consumer has used it (so
+// that a watcher runs at most one hand-over ahead and the phases cannot alias).
+struct DqTurnBarriers {
+    uint64_t* ready;  // [CONSUMERS]
+    uint64_t* taken;  // [CONSUMERS]
 };
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
@@ -722,6 +743,12 @@ struct BackwardBlock {
     int kv_start;         // the block's first key
     int q_tiles;
     int first_q_tile;     // causal: the first query tile that sees any of the block's keys
+    // Deterministic mode only: the order of the walk and of the chains (dq_order.h), and the
+    // block's key block. The walk's step `read` is query tile first_q_tile + read, or in this
+    // mode order.tile_at(kv_block, read).
+    DqOrder order;
+    int kv_block;
+    DqTurnBarriers dq_turn;
     int warpgroup;        // -1: the producer; 0, 1: consumers
     int warp;             // inside the warpgroup
     int lane;
@@ -735,7 +762,8 @@ template <class Config>
 __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
                                                              uint64_t* q_full, uint64_t* q_empty,
                                                              int kv_tiles, int q_tiles, bool causal,
-                                                             int linear_block) {
+                                                             int linear_block, bool rotate,
+                                                             DqTurnBarriers dq_turn) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
     BackwardBlock block;
     block.base = base;
@@ -761,6 +789,11 @@ __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base
     block.fragment_column = 2 * (block.lane % 4);
     // Causal: query tiles whose last row comes before the block's first key see none of them.
     block.first_q_tile = causal ? min(block.kv_start / Config::BLOCK_Q, q_tiles) : 0;
+    if constexpr (Config::DETERMINISTIC) {
+        block.order = DqOrder{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, rotate};
+        block.kv_block = linear_block % kv_tiles;
+        block.dq_turn = dq_turn;
+    }
     return block;
 }
 
@@ -784,7 +817,9 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
         tma_load_3d(block.v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, block.kv_start, head, block.kv_full);
     }
     // excerpt: producer
-    for (int q_tile = block.first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
+    for (int in_order = block.first_q_tile, load = 0; in_order < q_tiles; ++in_order, ++load) {
+        int q_tile = in_order;
+        if constexpr (Config::DETERMINISTIC) q_tile = block.order.tile_at(block.kv_block, load);
         const int stage = load % STAGES;
         mbarrier_wait(&q_empty[stage], (load / STAGES + 1) % 2);
         mbarrier_arrive_expect_tx(&q_full[stage], 2 * Config::Q_BYTES + 2 * Config::ROW_BYTES);
@@ -876,11 +911,9 @@ struct ConsumerWarpgroup : BackwardBlock {
     // end excerpt
 
     // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's
-    // semaphore of the head's first query tile (the next tile's is CONSUMERS further), its
-    // block's place in every chain (its key block: the blocks whose keys a query tile sees are
-    // always key blocks 0, 1, ...), and its row of K column sums.
+    // semaphore of the head's first query tile (the next tile's is CONSUMERS further; its
+    // block's place in each tile's chain is order.turn) and its row of K column sums.
     uint32_t* dq_semaphores;
-    uint32_t dq_turn;
     float* key_partial;
 
     // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
@@ -1115,29 +1148,44 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
-    // hand_over_dq, in deterministic mode in this block's turn: its leader waits until the
-    // consumers of key blocks 0 .. dq_turn - 1 have added into the tile (the semaphore reads
-    // dq_turn), lets hand_over_dq issue the reduce-add, waits until the adds are complete and
-    // visible, and passes the turn on (dq_turn + 1). The lab notes say why each fence is there
-    // and why no block can wait forever.
-    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
+    // Deterministic mode, the leader thread: once this consumer's last reduce-add is complete,
+    // the next block in the tile's chain may add (its semaphore gets this block's turn + 1).
+    // Complete, not only read (.read would let the next block's add overtake this one's writes).
+    // Completion implies a generic-async proxy fence (PTX ISA, "Async proxy"); the explicit one
+    // says so where the code relies on it.
+    __device__ __forceinline__ void pass_dq_turn_on(PendingDqTurn& pending) const {
+        if (pending.semaphore != nullptr) {
+            bulk_wait<0>();
+            fence_proxy_async_global();
+            store_release_gpu(pending.semaphore, pending.value);
+            pending.semaphore = nullptr;
+        }
+    }
+
+    // hand_over_dq, in deterministic mode in this block's turn: its leader waits until its
+    // watcher has seen the blocks before it in the tile's chain add into the tile (the
+    // semaphore reads this block's turn: watch_dq_turns), lets hand_over_dq issue the
+    // reduce-add, and passes the turn on: at once, waiting for the add to complete, or
+    // (DqOrder::release_late) before its next turn of gradients, when the add has had most of
+    // a tile. The lab notes say why each fence is there and why no block can wait forever.
+    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile,
+                                                         PendingDqTurn& pending) const {
         if constexpr (Config::DETERMINISTIC) {
-            uint32_t* semaphore = dq_semaphores + int64_t(q_tile) * Config::CONSUMERS;
             if (threadIdx.x % 128 == 0) {
-                while (load_acquire_gpu(semaphore) != dq_turn) {
-                }
-                // The acquire is a generic-proxy read; the reduce-add reads and writes through
-                // the async proxy: order them.
+                pass_dq_turn_on(pending);  // the previous tile's, if still held
+                mbarrier_wait(&dq_turn.ready[warpgroup], uint32_t(pending.handed % 2));
+                // The watcher's acquire (a generic-proxy read) and the mbarrier order the chain's
+                // earlier adds before this point; the reduce-add reads and writes through the
+                // async proxy: order them.
                 fence_proxy_async_global();
             }
             hand_over_dq(dq, ds_sum, q_tile);
             if (threadIdx.x % 128 == 0) {
-                // Complete, not only read (.read would let the next block's add overtake this
-                // one's writes). Completion implies a generic-async proxy fence (PTX ISA, "Async
-                // proxy"); the explicit one says so where the code relies on it.
-                bulk_wait<0>();
-                fence_proxy_async_global();
-                store_release_gpu(semaphore, dq_turn + 1);
+                mbarrier_arrive(&dq_turn.taken[warpgroup]);
+                ++pending.handed;
+                pending.semaphore = dq_semaphores + int64_t(q_tile) * Config::CONSUMERS;
+                pending.value = order.turn(kv_block, q_tile) + 1;
+                if (!order.release_late()) pass_dq_turn_on(pending);
             }
         } else {
             hand_over_dq(dq, ds_sum, q_tile);
@@ -1146,7 +1194,7 @@ struct ConsumerWarpgroup : BackwardBlock {
 
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq and ds_sum.
-    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum) const {
+    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum, PendingDqTurn& pending) const {
         wait_turn();
         fence_registers(dq);
 #pragma unroll
@@ -1158,7 +1206,9 @@ struct ConsumerWarpgroup : BackwardBlock {
         fence_registers(dq);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
-        hand_over_dq_in_turn(dq, ds_sum, q_tiles - 1);
+        int last_tile = q_tiles - 1;  // of the walk
+        if constexpr (Config::DETERMINISTIC) last_tile = order.tile_at(kv_block, q_tiles - 1 - first_q_tile);
+        hand_over_dq_in_turn(dq, ds_sum, last_tile, pending);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1231,7 +1281,6 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
         if (warpgroup == 1) consumer.ds_rowsum = sums.second_rowsum;
         consumer.dq_semaphores =
             sums.dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + warpgroup;
-        consumer.dq_turn = uint32_t(kv_block);
         consumer.key_partial =
             sums.key_partials + ((int64_t(block.head) * kv_tiles + kv_block) * Config::CONSUMERS + warpgroup) * Config::HEAD_DIM;
     }
@@ -1259,8 +1308,14 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     consumer.add_key_column_sums(key_sum);
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
+    PendingDqTurn pending;  // deterministic mode: a turn of a dQ chain not yet passed on
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
-    for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
+    for (int in_order = first_q_tile, read = 0; in_order < q_tiles; ++in_order, ++read) {
+        int q_tile = in_order, previous_tile = in_order - 1;
+        if constexpr (Config::DETERMINISTIC) {
+            q_tile = block.order.tile_at(block.kv_block, read);
+            previous_tile = block.order.tile_at(block.kv_block, read - 1);
+        }
         const int stage = read % STAGES;
         const int q_start = q_tile * BLOCK_Q;
         mbarrier_wait(&block.q_full[stage], (read / STAGES) % 2);
@@ -1294,6 +1349,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.compute_ds(s, dp, delta_row, p_fragment, ds_fragment);
         consumer.store_ds(ds_fragment, read);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DS_STORED, q_tile);
+        // Deterministic mode: the previous hand-over's turn, passed on late (DqOrder::release_late)
+        // where the warpgroup is about to wait for its turn anyway.
+        if constexpr (Config::DETERMINISTIC)
+            if (threadIdx.x % 128 == 0) consumer.pass_dq_turn_on(pending);
 
         // Second turn: dK, dV and a piece of dQ.
         consumer.wait_turn();
@@ -1306,7 +1365,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.release_stage(dk, dv, dq, ds_sum, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         if (has_dq) {
-            consumer.hand_over_dq_in_turn(dq, ds_sum, consumer.lagging ? q_tile - 1 : q_tile);
+            consumer.hand_over_dq_in_turn(dq, ds_sum, consumer.lagging ? previous_tile : q_tile,
+                                          pending);
         } else {
             // No piece yet, but the same two barriers: racecheck takes an exchange between warps
             // that have passed different numbers of barriers for a race even where a barrier
@@ -1320,17 +1380,38 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (consumer.lagging && first_q_tile < q_tiles) {
         float dq[32], ds_sum[Config::Q_SLABS][4];
-        consumer.hand_over_last_dq(dq, ds_sum);
+        consumer.hand_over_last_dq(dq, ds_sum, pending);
     }
+    if constexpr (Config::DETERMINISTIC)
+        if (threadIdx.x % 128 == 0) consumer.pass_dq_turn_on(pending);
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
     named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
     consumer.store_dk_dv(dk, dv, dk_map, dv_map);
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
-// Deterministic mode: the block's linear index (head * kv_tiles + key tile) is the number of
-// blocks that started before it, not blockIdx.x. A block then waits only for blocks that are
-// running or done, whatever order the hardware starts blocks in (lab notes 11).
+// Deterministic mode: consumer `consumer`'s watcher (DqTurnBarriers). The consumer hands over
+// the tiles of its walk in order (consumer 0 each a step late, the order is the same); for each
+// the watcher spins until the tile's semaphore reads the block's turn, waits until the consumer
+// has taken the previous turn, and completes a phase of `ready`.
+template <class Config>
+__device__ __forceinline__ void watch_dq_turns(const BackwardBlock& block, int consumer, const uint32_t* dq_semaphores) {
+    const uint32_t* semaphores = dq_semaphores + (int64_t(block.head) * block.q_tiles * Config::CONSUMERS + consumer);
+    const int steps = block.q_tiles - block.first_q_tile;
+    for (int step = 0; step < steps; ++step) {
+        const int q_tile = block.order.tile_at(block.kv_block, step);
+        const uint32_t turn = block.order.turn(block.kv_block, q_tile);
+        while (load_acquire_gpu(semaphores + int64_t(q_tile) * Config::CONSUMERS) != turn) {
+        }
+        if (step > 0) mbarrier_wait(&block.dq_turn.taken[consumer], uint32_t((step - 1) % 2));
+        mbarrier_arrive(&block.dq_turn.ready[consumer]);
+    }
+}
+
+// Deterministic mode: the block's (head, key block) comes from the number of blocks that
+// started before it, not from blockIdx.x: the claimed indices are always 0 .. n - 1 for the n
+// blocks that have started, whatever order the hardware starts blocks in, so the blocks a block
+// waits for are running or done (dq_order.h, lab notes 11).
 __device__ __forceinline__ int claim_block_index(uint32_t* block_counter) {
     __shared__ int index;
     if (threadIdx.x == 0) index = int(atomicAdd(block_counter, 1u));
@@ -1353,6 +1434,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
     __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
+    __shared__ uint64_t dq_turn_ready[Config::CONSUMERS], dq_turn_taken[Config::CONSUMERS];  // deterministic
     extern __shared__ unsigned char dynamic_shared[];
     // excerpt: shared-base
     // The tiles start on a 1024-byte boundary (the swizzle atom). Rounding up by pointer
@@ -1361,9 +1443,15 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
     int linear_block = int(blockIdx.x);
-    if constexpr (Config::DETERMINISTIC) linear_block = claim_block_index(sums.block_counter);
-    const BackwardBlock block =
-        make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles, causal, linear_block);
+    if constexpr (Config::DETERMINISTIC) {
+        // The claimed index, head by head; within a head, the key block the order gives it.
+        const int index = claim_block_index(sums.block_counter);
+        const DqOrder order{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, sums.rotate};
+        linear_block = index - index % kv_tiles + order.key_block_of_claim(index % kv_tiles);
+    }
+    const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
+                                                            causal, linear_block, sums.rotate,
+                                                            DqTurnBarriers{dq_turn_ready, dq_turn_taken});
 
     if (threadIdx.x == 0) {
         mbarrier_init(&kv_full, 1);
@@ -1371,6 +1459,11 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             mbarrier_init(&q_full[stage], 1);
             mbarrier_init(&q_empty[stage], CONSUMER_WARPS);
         }
+        if constexpr (Config::DETERMINISTIC)
+            for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
+                mbarrier_init(&dq_turn_ready[consumer], 1);
+                mbarrier_init(&dq_turn_taken[consumer], 1);
+            }
         fence_barrier_init();
     }
     for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
@@ -1381,6 +1474,9 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     if (block.warpgroup < 0) {
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
+        if constexpr (Config::DETERMINISTIC)  // lane 0 of warps 1 and 2: consumer 0's and 1's watcher
+            if (threadIdx.x % 32 == 0 && threadIdx.x / 32 >= 1 && threadIdx.x / 32 <= Config::CONSUMERS)
+                watch_dq_turns<Config>(block, int(threadIdx.x) / 32 - 1, sums.dq_semaphores);
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
@@ -1494,6 +1590,17 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     auto kernel = flash_backward_kernel<Config>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Shared::BYTES)));
+    if (DETERMINISTIC && !shape.causal) {
+        // The rotated order lets a block wait for one of its head that claimed later: only
+        // where every block of a head can run at once, and each block's walk starts on a query
+        // tile of its own (dq_order.h).
+        int device = 0, multiprocessors = 0, per_multiprocessor = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, Config::THREADS,
+                                                                 Shared::BYTES));
+        sums.rotate = rotate_dq_chains(kv_tiles, q_tiles, shape.causal, int64_t(multiprocessors) * per_multiprocessor);
+    }
     kernel<<<unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream>>>(
         q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map, dq_accumulator, ds_rowsum,
         key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal, sums);
