@@ -554,23 +554,11 @@ struct DeterministicSums {
     bool rotate;              // DqOrder::rotate: every block of a head fits on the GPU at once
 };
 
-// A consumer's place in its dQ chains (deterministic mode, the leader thread): how many pieces it
-// has handed over, and its turn held until its last reduce-add is complete (the semaphore and
-// the value that lets the next block in).
+// A consumer's turn in a dQ chain (deterministic mode, the leader thread), held until its
+// reduce-add is complete: the semaphore, and the value that lets the next block in.
 struct PendingDqTurn {
     uint32_t* semaphore = nullptr;
     uint32_t value = 0;
-    int handed = 0;
-};
-
-// Deterministic mode: the block's watchers, one thread per consumer in the producer warpgroup,
-// spin on the consumer's semaphores in the order of its hand-overs, so that the consumer finds
-// its turn in shared memory instead of a round trip to L2 on its way. `ready` completes once a
-// phase per hand-over when the block's turn has come; `taken` once the consumer has used it (so
-// that a watcher runs at most one hand-over ahead and the phases cannot alias).
-struct DqTurnBarriers {
-    uint64_t* ready;  // [CONSUMERS]
-    uint64_t* taken;  // [CONSUMERS]
 };
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
@@ -748,7 +736,6 @@ struct BackwardBlock {
     // mode order.tile_at(kv_block, read).
     DqOrder order;
     int kv_block;
-    DqTurnBarriers dq_turn;
     int warpgroup;        // -1: the producer; 0, 1: consumers
     int warp;             // inside the warpgroup
     int lane;
@@ -762,8 +749,7 @@ template <class Config>
 __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
                                                              uint64_t* q_full, uint64_t* q_empty,
                                                              int kv_tiles, int q_tiles, bool causal,
-                                                             int linear_block, bool rotate,
-                                                             DqTurnBarriers dq_turn) {
+                                                             int linear_block, bool rotate) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
     BackwardBlock block;
     block.base = base;
@@ -792,7 +778,6 @@ __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base
     if constexpr (Config::DETERMINISTIC) {
         block.order = DqOrder{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, rotate};
         block.kv_block = linear_block % kv_tiles;
-        block.dq_turn = dq_turn;
     }
     return block;
 }
@@ -1162,29 +1147,28 @@ struct ConsumerWarpgroup : BackwardBlock {
         }
     }
 
-    // hand_over_dq, in deterministic mode in this block's turn: its leader waits until its
-    // watcher has seen the blocks before it in the tile's chain add into the tile (the
-    // semaphore reads this block's turn: watch_dq_turns), lets hand_over_dq issue the
-    // reduce-add, and passes the turn on: at once, waiting for the add to complete, or
-    // (DqOrder::release_late) before its next turn of gradients, when the add has had most of
-    // a tile. The lab notes say why each fence is there and why no block can wait forever.
+    // hand_over_dq, in deterministic mode in this block's turn: its leader waits until the
+    // blocks before it in the tile's chain have added into the tile (the semaphore reads this
+    // block's turn), lets hand_over_dq issue the reduce-add, and passes the turn on: at once,
+    // waiting for the add to complete, or (DqOrder::release_late) at the consumer's next turn
+    // of S^T and dP^T, when the add has had a while. The lab notes say why each fence is there
+    // and why no block can wait forever.
     __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile,
                                                          PendingDqTurn& pending) const {
         if constexpr (Config::DETERMINISTIC) {
+            uint32_t* semaphore = dq_semaphores + int64_t(q_tile) * Config::CONSUMERS;
+            const uint32_t turn = order.turn(kv_block, q_tile);
             if (threadIdx.x % 128 == 0) {
                 pass_dq_turn_on(pending);  // the previous tile's, if still held
-                mbarrier_wait(&dq_turn.ready[warpgroup], uint32_t(pending.handed % 2));
-                // The watcher's acquire (a generic-proxy read) and the mbarrier order the chain's
-                // earlier adds before this point; the reduce-add reads and writes through the
-                // async proxy: order them.
+                while (load_acquire_gpu(semaphore) != turn) {
+                }
+                // The acquire is a generic-proxy read; the reduce-add reads and writes through
+                // the async proxy: order them.
                 fence_proxy_async_global();
             }
             hand_over_dq(dq, ds_sum, q_tile);
             if (threadIdx.x % 128 == 0) {
-                mbarrier_arrive(&dq_turn.taken[warpgroup]);
-                ++pending.handed;
-                pending.semaphore = dq_semaphores + int64_t(q_tile) * Config::CONSUMERS;
-                pending.value = order.turn(kv_block, q_tile) + 1;
+                pending = PendingDqTurn{semaphore, turn + 1};
                 if (!order.release_late()) pass_dq_turn_on(pending);
             }
         } else {
@@ -1327,6 +1311,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.issue_s_dp(s, dp, stage);
         consumer.pass_turn();
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_ISSUED, q_tile);
+        if constexpr (Config::DETERMINISTIC) {  // the previous hand-over's turn (DqOrder::release_late)
+            if (threadIdx.x % 128 == 0) consumer.pass_dq_turn_on(pending);
+            TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_RELEASED, q_tile);
+        }
 
         // Between the turns: P^T, delta and dS^T in registers, and dS^T to shared memory for dQ.
         wgmma_wait<1>();  // S^T is done
@@ -1349,10 +1337,6 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.compute_ds(s, dp, delta_row, p_fragment, ds_fragment);
         consumer.store_ds(ds_fragment, read);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DS_STORED, q_tile);
-        // Deterministic mode: the previous hand-over's turn, passed on late (DqOrder::release_late)
-        // where the warpgroup is about to wait for its turn anyway.
-        if constexpr (Config::DETERMINISTIC)
-            if (threadIdx.x % 128 == 0) consumer.pass_dq_turn_on(pending);
 
         // Second turn: dK, dV and a piece of dQ.
         consumer.wait_turn();
@@ -1390,24 +1374,6 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
-// Deterministic mode: consumer `consumer`'s watcher (DqTurnBarriers). The consumer hands over
-// the tiles of its walk in order (consumer 0 each a step late, the order is the same); for each
-// the watcher spins until the tile's semaphore reads the block's turn, waits until the consumer
-// has taken the previous turn, and completes a phase of `ready`.
-template <class Config>
-__device__ __forceinline__ void watch_dq_turns(const BackwardBlock& block, int consumer, const uint32_t* dq_semaphores) {
-    const uint32_t* semaphores = dq_semaphores + (int64_t(block.head) * block.q_tiles * Config::CONSUMERS + consumer);
-    const int steps = block.q_tiles - block.first_q_tile;
-    for (int step = 0; step < steps; ++step) {
-        const int q_tile = block.order.tile_at(block.kv_block, step);
-        const uint32_t turn = block.order.turn(block.kv_block, q_tile);
-        while (load_acquire_gpu(semaphores + int64_t(q_tile) * Config::CONSUMERS) != turn) {
-        }
-        if (step > 0) mbarrier_wait(&block.dq_turn.taken[consumer], uint32_t((step - 1) % 2));
-        mbarrier_arrive(&block.dq_turn.ready[consumer]);
-    }
-}
-
 // Deterministic mode: the block's (head, key block) comes from the number of blocks that
 // started before it, not from blockIdx.x: the claimed indices are always 0 .. n - 1 for the n
 // blocks that have started, whatever order the hardware starts blocks in, so the blocks a block
@@ -1434,7 +1400,6 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
     __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
-    __shared__ uint64_t dq_turn_ready[Config::CONSUMERS], dq_turn_taken[Config::CONSUMERS];  // deterministic
     extern __shared__ unsigned char dynamic_shared[];
     // excerpt: shared-base
     // The tiles start on a 1024-byte boundary (the swizzle atom). Rounding up by pointer
@@ -1450,8 +1415,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         linear_block = index - index % kv_tiles + order.key_block_of_claim(index % kv_tiles);
     }
     const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
-                                                            causal, linear_block, sums.rotate,
-                                                            DqTurnBarriers{dq_turn_ready, dq_turn_taken});
+                                                            causal, linear_block, sums.rotate);
 
     if (threadIdx.x == 0) {
         mbarrier_init(&kv_full, 1);
@@ -1459,11 +1423,6 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             mbarrier_init(&q_full[stage], 1);
             mbarrier_init(&q_empty[stage], CONSUMER_WARPS);
         }
-        if constexpr (Config::DETERMINISTIC)
-            for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
-                mbarrier_init(&dq_turn_ready[consumer], 1);
-                mbarrier_init(&dq_turn_taken[consumer], 1);
-            }
         fence_barrier_init();
     }
     for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
@@ -1474,9 +1433,6 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     if (block.warpgroup < 0) {
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
-        if constexpr (Config::DETERMINISTIC)  // lane 0 of warps 1 and 2: consumer 0's and 1's watcher
-            if (threadIdx.x % 32 == 0 && threadIdx.x / 32 >= 1 && threadIdx.x / 32 <= Config::CONSUMERS)
-                watch_dq_turns<Config>(block, int(threadIdx.x) / 32 - 1, sums.dq_semaphores);
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
