@@ -554,11 +554,12 @@ struct DeterministicSums {
     bool rotate;              // DqOrder::rotate: every block of a head fits on the GPU at once
 };
 
-// A consumer's turn in a dQ chain (deterministic mode, the leader thread), held until its
-// reduce-add is complete: the semaphore, and the value that lets the next block in.
-struct PendingDqTurn {
-    uint32_t* semaphore = nullptr;
-    uint32_t value = 0;
+// Deterministic mode: what a consumer and its dQ writer (write_dq_in_order) hand each other, per
+// consumer. `staged` completes a phase when all 128 threads of the consumer have stored a piece
+// of dQ in its staging tile; `free` when the writer's reduce-add has read it.
+struct DqWriterBarriers {
+    uint64_t* staged;  // [CONSUMERS]
+    uint64_t* free;    // [CONSUMERS]
 };
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
@@ -736,6 +737,7 @@ struct BackwardBlock {
     // mode order.tile_at(kv_block, read).
     DqOrder order;
     int kv_block;
+    DqWriterBarriers dq_writer;
     int warpgroup;        // -1: the producer; 0, 1: consumers
     int warp;             // inside the warpgroup
     int lane;
@@ -749,7 +751,8 @@ template <class Config>
 __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
                                                              uint64_t* q_full, uint64_t* q_empty,
                                                              int kv_tiles, int q_tiles, bool causal,
-                                                             int linear_block, bool rotate) {
+                                                             int linear_block, bool rotate,
+                                                             DqWriterBarriers dq_writer) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
     BackwardBlock block;
     block.base = base;
@@ -778,6 +781,7 @@ __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base
     if constexpr (Config::DETERMINISTIC) {
         block.order = DqOrder{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, rotate};
         block.kv_block = linear_block % kv_tiles;
+        block.dq_writer = dq_writer;
     }
     return block;
 }
@@ -895,10 +899,8 @@ struct ConsumerWarpgroup : BackwardBlock {
     bool lagging;  // consumer 0: its piece of dQ comes a tile late
     // end excerpt
 
-    // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's
-    // semaphore of the head's first query tile (the next tile's is CONSUMERS further; its
-    // block's place in each tile's chain is order.turn) and its row of K column sums.
-    uint32_t* dq_semaphores;
+    // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's row of
+    // K column sums.
     float* key_partial;
 
     // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
@@ -1102,14 +1104,8 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
-    // excerpt: dq-reduce
-    // The piece of dQ into the staging tile, once the previous reduce-add has read it; then the
-    // copy engine adds it to the accumulator in device memory, where the query tile's pieces
-    // follow each other in consumer order.
-    __device__ __forceinline__ void hand_over_dq(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
-        const bool leader = threadIdx.x % 128 == 0;
-        if (leader) bulk_wait_read<0>();
-        named_barrier_sync(1 + warpgroup, 128);
+    // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles.
+    __device__ __forceinline__ void stage_dq(const float (&dq)[32], const DsSums& ds_sum) const {
 #pragma unroll
         for (int i = 0; i < 8; ++i)
             reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
@@ -1121,6 +1117,17 @@ struct ConsumerWarpgroup : BackwardBlock {
                 rowsum_staging[m * 64 + warp * 16 + fragment_row + 8] = ds_sum[m][2];
             }
         }
+    }
+
+    // excerpt: dq-reduce
+    // The piece of dQ into the staging tile, once the previous reduce-add has read it; then the
+    // copy engine adds it to the accumulator in device memory, where the query tile's pieces
+    // follow each other in consumer order.
+    __device__ __forceinline__ void hand_over_dq(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
+        const bool leader = threadIdx.x % 128 == 0;
+        if (leader) bulk_wait_read<0>();
+        named_barrier_sync(1 + warpgroup, 128);
+        stage_dq(dq, ds_sum);
         fence_proxy_async_shared();
         named_barrier_sync(1 + warpgroup, 128);
         if (leader) {
@@ -1133,44 +1140,18 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
-    // Deterministic mode, the leader thread: once this consumer's last reduce-add is complete,
-    // the next block in the tile's chain may add (its semaphore gets this block's turn + 1).
-    // Complete, not only read (.read would let the next block's add overtake this one's writes).
-    // Completion implies a generic-async proxy fence (PTX ISA, "Async proxy"); the explicit one
-    // says so where the code relies on it.
-    __device__ __forceinline__ void pass_dq_turn_on(PendingDqTurn& pending) const {
-        if (pending.semaphore != nullptr) {
-            bulk_wait<0>();
-            fence_proxy_async_global();
-            store_release_gpu(pending.semaphore, pending.value);
-            pending.semaphore = nullptr;
-        }
-    }
-
-    // hand_over_dq, in deterministic mode in this block's turn: its leader waits until the
-    // blocks before it in the tile's chain have added into the tile (the semaphore reads this
-    // block's turn), lets hand_over_dq issue the reduce-add, and passes the turn on: at once,
-    // waiting for the add to complete, or (DqOrder::release_late) at the consumer's next turn
-    // of S^T and dP^T, when the add has had a while. The lab notes say why each fence is there
-    // and why no block can wait forever.
+    // hand_over_dq, or in deterministic mode the same piece to the block's dQ writer
+    // (write_dq_in_order), which adds it when the block's turn in the tile's chain has come: every
+    // thread waits until the writer has read the consumer's previous piece (`handed` pieces so
+    // far), stores its part, and arrives; the writer waits for all 128. The consumer goes on at
+    // once: the chain's waits are the writer's.
     __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile,
-                                                         PendingDqTurn& pending) const {
+                                                         int handed) const {
         if constexpr (Config::DETERMINISTIC) {
-            uint32_t* semaphore = dq_semaphores + int64_t(q_tile) * Config::CONSUMERS;
-            const uint32_t turn = order.turn(kv_block, q_tile);
-            if (threadIdx.x % 128 == 0) {
-                pass_dq_turn_on(pending);  // the previous tile's, if still held
-                while (load_acquire_gpu(semaphore) != turn) {
-                }
-                // The acquire is a generic-proxy read; the reduce-add reads and writes through
-                // the async proxy: order them.
-                fence_proxy_async_global();
-            }
-            hand_over_dq(dq, ds_sum, q_tile);
-            if (threadIdx.x % 128 == 0) {
-                pending = PendingDqTurn{semaphore, turn + 1};
-                if (!order.release_late()) pass_dq_turn_on(pending);
-            }
+            if (handed > 0) mbarrier_wait(&dq_writer.free[warpgroup], uint32_t((handed - 1) % 2));
+            stage_dq(dq, ds_sum);
+            fence_proxy_async_shared();  // the copy engine reads what these stores wrote
+            mbarrier_arrive(&dq_writer.staged[warpgroup]);
         } else {
             hand_over_dq(dq, ds_sum, q_tile);
         }
@@ -1178,7 +1159,7 @@ struct ConsumerWarpgroup : BackwardBlock {
 
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq and ds_sum.
-    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum, PendingDqTurn& pending) const {
+    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum, int handed) const {
         wait_turn();
         fence_registers(dq);
 #pragma unroll
@@ -1192,7 +1173,7 @@ struct ConsumerWarpgroup : BackwardBlock {
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         int last_tile = q_tiles - 1;  // of the walk
         if constexpr (Config::DETERMINISTIC) last_tile = order.tile_at(kv_block, q_tiles - 1 - first_q_tile);
-        hand_over_dq_in_turn(dq, ds_sum, last_tile, pending);
+        hand_over_dq_in_turn(dq, ds_sum, last_tile, handed);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1263,8 +1244,6 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     if constexpr (Config::DETERMINISTIC) {
         const int kv_block = block.kv_start / BLOCK_KV;
         if (warpgroup == 1) consumer.ds_rowsum = sums.second_rowsum;
-        consumer.dq_semaphores =
-            sums.dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + warpgroup;
         consumer.key_partial =
             sums.key_partials + ((int64_t(block.head) * kv_tiles + kv_block) * Config::CONSUMERS + warpgroup) * Config::HEAD_DIM;
     }
@@ -1292,7 +1271,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     consumer.add_key_column_sums(key_sum);
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
-    PendingDqTurn pending;  // deterministic mode: a turn of a dQ chain not yet passed on
+    int handed = 0;  // pieces of dQ handed over (the deterministic mode counts them)
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
     for (int in_order = first_q_tile, read = 0; in_order < q_tiles; ++in_order, ++read) {
         int q_tile = in_order, previous_tile = in_order - 1;
@@ -1311,10 +1290,6 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.issue_s_dp(s, dp, stage);
         consumer.pass_turn();
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_ISSUED, q_tile);
-        if constexpr (Config::DETERMINISTIC) {  // the previous hand-over's turn (DqOrder::release_late)
-            if (threadIdx.x % 128 == 0) consumer.pass_dq_turn_on(pending);
-            TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_RELEASED, q_tile);
-        }
 
         // Between the turns: P^T, delta and dS^T in registers, and dS^T to shared memory for dQ.
         wgmma_wait<1>();  // S^T is done
@@ -1349,12 +1324,12 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.release_stage(dk, dv, dq, ds_sum, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         if (has_dq) {
-            consumer.hand_over_dq_in_turn(dq, ds_sum, consumer.lagging ? previous_tile : q_tile,
-                                          pending);
-        } else {
+            consumer.hand_over_dq_in_turn(dq, ds_sum, consumer.lagging ? previous_tile : q_tile, handed++);
+        } else if constexpr (!Config::DETERMINISTIC) {
             // No piece yet, but the same two barriers: racecheck takes an exchange between warps
             // that have passed different numbers of barriers for a race even where a barrier
-            // orders it, and the exact delta's exchange comes next (docs/sanitizers.md).
+            // orders it, and the exact delta's exchange comes next (docs/sanitizers.md). (The
+            // deterministic hand-over passes none.)
             named_barrier_sync(1 + block.warpgroup, 128);
             named_barrier_sync(1 + block.warpgroup, 128);
         }
@@ -1364,14 +1339,53 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (consumer.lagging && first_q_tile < q_tiles) {
         float dq[32], ds_sum[Config::Q_SLABS][4];
-        consumer.hand_over_last_dq(dq, ds_sum, pending);
+        consumer.hand_over_last_dq(dq, ds_sum, handed);
     }
-    if constexpr (Config::DETERMINISTIC)
-        if (threadIdx.x % 128 == 0) consumer.pass_dq_turn_on(pending);
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
     named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
     consumer.store_dk_dv(dk, dv, dk_map, dv_map);
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
+}
+
+// Deterministic mode: consumer `consumer`'s dQ writer, one thread of the producer warpgroup
+// (DqWriterBarriers). For each tile of the block's walk, in the order the consumer hands its
+// pieces over (consumer 0 each a step late, in the same order), it waits until the tile's
+// semaphore reads the block's turn (the blocks before it in the chain have added) and the
+// consumer has staged the piece; lets the copy engine add it; frees the staging tiles once the
+// copy has read them; and once the add is complete, passes the turn on. The lab notes say why
+// each fence is there and why no block can wait forever.
+template <class Config>
+__device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, int consumer, float* dq_accumulator,
+                                                  float* ds_rowsum, uint32_t* dq_semaphores) {
+    using Shared = BackwardSharedLayout<Config>;
+    const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
+    const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::ROW_BYTES);
+    uint32_t* semaphores = dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + consumer;
+    const int steps = block.q_tiles - block.first_q_tile;
+    for (int step = 0; step < steps; ++step) {
+        const int q_tile = block.order.tile_at(block.kv_block, step);
+        uint32_t* semaphore = semaphores + int64_t(q_tile) * Config::CONSUMERS;
+        const uint32_t turn = block.order.turn(block.kv_block, q_tile);
+        while (load_acquire_gpu(semaphore) != turn) {
+        }
+        mbarrier_wait(&block.dq_writer.staged[consumer], uint32_t(step % 2));
+        // The acquire is a generic-proxy read; the reduce-add reads and writes through the async
+        // proxy: order them.
+        fence_proxy_async_global();
+        const int64_t tile = int64_t(block.head) * block.q_tiles + q_tile;
+        bulk_reduce_add_f32(dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64,
+                            dq_staging, Config::DQ_BYTES);
+        bulk_reduce_add_f32(ds_rowsum + tile * Config::BLOCK_Q, rowsum_staging, Config::ROW_BYTES);
+        bulk_commit();
+        bulk_wait_read<0>();
+        mbarrier_arrive(&block.dq_writer.free[consumer]);
+        // Complete, not only read (.read would let the next block's add overtake this one's
+        // writes). Completion implies a generic-async proxy fence (PTX ISA, "Async proxy"); the
+        // explicit one says so where the code relies on it.
+        bulk_wait<0>();
+        fence_proxy_async_global();
+        store_release_gpu(semaphore, turn + 1);
+    }
 }
 
 // Deterministic mode: the block's (head, key block) comes from the number of blocks that
@@ -1400,6 +1414,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
     __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
+    __shared__ uint64_t dq_staged[Config::CONSUMERS], dq_free[Config::CONSUMERS];  // deterministic
     extern __shared__ unsigned char dynamic_shared[];
     // excerpt: shared-base
     // The tiles start on a 1024-byte boundary (the swizzle atom). Rounding up by pointer
@@ -1415,7 +1430,8 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         linear_block = index - index % kv_tiles + order.key_block_of_claim(index % kv_tiles);
     }
     const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
-                                                            causal, linear_block, sums.rotate);
+                                                            causal, linear_block, sums.rotate,
+                                                            DqWriterBarriers{dq_staged, dq_free});
 
     if (threadIdx.x == 0) {
         mbarrier_init(&kv_full, 1);
@@ -1423,6 +1439,11 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             mbarrier_init(&q_full[stage], 1);
             mbarrier_init(&q_empty[stage], CONSUMER_WARPS);
         }
+        if constexpr (Config::DETERMINISTIC)
+            for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
+                mbarrier_init(&dq_staged[consumer], 128);
+                mbarrier_init(&dq_free[consumer], 1);
+            }
         fence_barrier_init();
     }
     for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
@@ -1433,6 +1454,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     if (block.warpgroup < 0) {
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
+        if constexpr (Config::DETERMINISTIC) {  // lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer
+            const int consumer = int(threadIdx.x) / 32 - 1;
+            if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS)
+                write_dq_in_order<Config>(block, consumer, dq_accumulator,
+                                          consumer == 0 ? ds_rowsum : sums.second_rowsum, sums.dq_semaphores);
+        }
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();

@@ -66,10 +66,6 @@ struct DqOrder {
     }
     // The key block of the block that claimed `index` within its head (0 = the first to start).
     DQ_ORDER_FN int key_block_of_claim(int index) const { return causal ? kv_tiles - 1 - index : index; }
-    // With blocks that reach a tile at different steps, a block can pass its turn on as late as
-    // its next hand-over: by then its reduce-add is complete without a wait. Where they reach it
-    // at the same step (every block from tile 0), that would hold the next block back by a step.
-    DQ_ORDER_FN bool release_late() const { return causal || rotate; }
 };
 
 // The launcher's choice of DqOrder::rotate: non-causal, more than one key block, at least as many

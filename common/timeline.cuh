@@ -31,7 +31,6 @@ enum TimelineEvent : int {
     TIMELINE_GRADIENTS_ISSUED,  // dK, dV and a piece of dQ are issued and the turn passed on
     TIMELINE_GRADIENTS_DONE,    // wgmma.wait_group 0 returned them and the stage is released
     TIMELINE_DQ_HANDED,         // the piece of dQ is staged and its bulk reduce-add issued
-    TIMELINE_DQ_RELEASED,       // deterministic mode: the previous piece's turn is passed on
     TIMELINE_EVENTS
 };
 

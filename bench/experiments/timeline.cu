@@ -25,7 +25,7 @@ const char* const EVENT_NAMES[] = {"start", "loaded", "tile_ready", "turn", "iss
                                    "softmax_done", "pv_done", "end",
                                    // stage 11's backward
                                    "p_done", "dp_done", "ds_stored", "gradients_turn",
-                                   "gradients_issued", "gradients_done", "dq_handed", "dq_released"};
+                                   "gradients_issued", "gradients_done", "dq_handed"};
 static_assert(sizeof(EVENT_NAMES) / sizeof(EVENT_NAMES[0]) == TIMELINE_EVENTS,
               "a name for every event of common/timeline.cuh");
 
