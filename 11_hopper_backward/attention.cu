@@ -551,7 +551,13 @@ struct DeterministicSums {
     uint32_t* dq_semaphores;  // [head][query tile][consumer]: how many key blocks have added
     float* second_rowsum;     // consumer 1's dS row sums (consumer 0's go to ds_rowsum)
     float* key_partials;      // [head][key block][consumer][HEAD_DIM]: K column sums
+    // Chain 1 (DqOrder::chains = 2): its semaphores, its dQ accumulator and its consumers' dS
+    // row sums, laid out as chain 0's.
+    uint32_t* chain_semaphores;
+    float* chain_dq;
+    float* chain_rowsum[2];
     bool rotate;              // DqOrder::rotate: every block of a head fits on the GPU at once
+    int chains;               // DqOrder::chains
 };
 
 // Deterministic mode: what a consumer and its dQ writer (write_dq_in_order) hand each other, per
@@ -684,8 +690,9 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
 }
 
 // Deterministic mode, between the backward kernel and the conversion: consumer 1's dS row sums
-// added to consumer 0's, and each head's K column sums from its blocks' partial sums, key block
-// after key block (the default kernel adds both in device memory as it goes, in any order).
+// added to consumer 0's (with two chains, then chain 1's two, and chain 1's dQ to chain 0's), and
+// each head's K column sums from its blocks' partial sums, key block after key block (the default
+// kernel adds all of these in device memory as it goes, in any order).
 constexpr int FOLD_THREADS = 256;
 
 template <int HEAD_DIM>
@@ -693,10 +700,22 @@ __global__ void __launch_bounds__(FOLD_THREADS)
 backward_fold_sums_kernel(float* __restrict__ ds_rowsum, const float* __restrict__ second_rowsum,
                           int64_t padded_rows, float* __restrict__ key_sum,
                           const float* __restrict__ key_partials, int64_t batch_heads,
-                          int partials_per_head) {
+                          int partials_per_head, float* __restrict__ dq_accumulator,
+                          const DeterministicSums sums) {
     const int64_t stride = int64_t(gridDim.x) * FOLD_THREADS;
     const int64_t first = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x;
-    for (int64_t row = first; row < padded_rows; row += stride) ds_rowsum[row] += second_rowsum[row];
+    if (sums.chains == 2) {  // chain 0's sums, then chain 1's
+        for (int64_t row = first; row < padded_rows; row += stride)
+            ds_rowsum[row] = ds_rowsum[row] + second_rowsum[row] + sums.chain_rowsum[0][row] + sums.chain_rowsum[1][row];
+        for (int64_t i = first; i < padded_rows * HEAD_DIM / 4; i += stride) {
+            float4 sum = reinterpret_cast<float4*>(dq_accumulator)[i];
+            const float4 chain = reinterpret_cast<const float4*>(sums.chain_dq)[i];
+            sum.x += chain.x, sum.y += chain.y, sum.z += chain.z, sum.w += chain.w;
+            reinterpret_cast<float4*>(dq_accumulator)[i] = sum;
+        }
+    } else {
+        for (int64_t row = first; row < padded_rows; row += stride) ds_rowsum[row] += second_rowsum[row];
+    }
     for (int64_t i = first; i < batch_heads * HEAD_DIM; i += stride) {
         const int64_t head = i / HEAD_DIM;
         const float* partial = key_partials + head * partials_per_head * HEAD_DIM + i % HEAD_DIM;
@@ -751,7 +770,7 @@ template <class Config>
 __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
                                                              uint64_t* q_full, uint64_t* q_empty,
                                                              int kv_tiles, int q_tiles, bool causal,
-                                                             int linear_block, bool rotate,
+                                                             int linear_block, DqOrder order,
                                                              DqWriterBarriers dq_writer) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
     BackwardBlock block;
@@ -779,7 +798,7 @@ __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base
     // Causal: query tiles whose last row comes before the block's first key see none of them.
     block.first_q_tile = causal ? min(block.kv_start / Config::BLOCK_Q, q_tiles) : 0;
     if constexpr (Config::DETERMINISTIC) {
-        block.order = DqOrder{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, rotate};
+        block.order = order;
         block.kv_block = linear_block % kv_tiles;
         block.dq_writer = dq_writer;
     }
@@ -1423,14 +1442,14 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
     int linear_block = int(blockIdx.x);
+    const DqOrder order{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, sums.rotate, sums.chains};
     if constexpr (Config::DETERMINISTIC) {
         // The claimed index, head by head; within a head, the key block the order gives it.
         const int index = claim_block_index(sums.block_counter);
-        const DqOrder order{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, sums.rotate};
         linear_block = index - index % kv_tiles + order.key_block_of_claim(index % kv_tiles);
     }
     const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
-                                                            causal, linear_block, sums.rotate,
+                                                            causal, linear_block, order,
                                                             DqWriterBarriers{dq_staged, dq_free});
 
     if (threadIdx.x == 0) {
@@ -1456,9 +1475,14 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
         if constexpr (Config::DETERMINISTIC) {  // lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer
             const int consumer = int(threadIdx.x) / 32 - 1;
-            if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS)
-                write_dq_in_order<Config>(block, consumer, dq_accumulator,
-                                          consumer == 0 ? ds_rowsum : sums.second_rowsum, sums.dq_semaphores);
+            if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
+                const bool chain_1 = order.chain_of(block.kv_block) == 1;
+                write_dq_in_order<Config>(
+                    block, consumer, chain_1 ? sums.chain_dq : dq_accumulator,
+                    consumer == 0 ? (chain_1 ? sums.chain_rowsum[0] : ds_rowsum)
+                                  : (chain_1 ? sums.chain_rowsum[1] : sums.second_rowsum),
+                    chain_1 ? sums.chain_semaphores : sums.dq_semaphores);
+            }
         }
         return;
     }
@@ -1492,9 +1516,10 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
 // dS row sums, and the semaphores with the block counter (zeroed): DeterministicSums.
 struct BackwardWorkspace {
     size_t delta_offset = 0, lse_offset = 0, key_partials_offset = 0, rowsum_offset = 0,
-           key_sum_offset = 0, dq_offset = 0, second_rowsum_offset = 0, semaphore_offset = 0,
-           total = 0;
-    size_t semaphores = 0;  // deterministic: one per (head, query tile, consumer), then the counter
+           key_sum_offset = 0, dq_offset = 0, second_rowsum_offset = 0, chain_dq_offset = 0,
+           chain_rowsum_offset = 0, semaphore_offset = 0, total = 0;
+    int chains = 1;         // deterministic: DqOrder::chains
+    size_t semaphores = 0;  // deterministic: one per (chain, head, query tile, consumer), then the counter
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
         const size_t block_q = shape.head_dim == 64 ? BackwardTiling<64>::BLOCK_Q : BackwardTiling<128>::BLOCK_Q;
@@ -1512,8 +1537,12 @@ struct BackwardWorkspace {
         key_sum_offset = rowsum_offset + bytes(padded_rows);
         dq_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
         second_rowsum_offset = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
-        semaphore_offset = second_rowsum_offset + (deterministic ? bytes(padded_rows) : 0);
-        semaphores = deterministic ? heads * q_tiles * consumers + 1 : 0;
+        if (deterministic)
+            chains = dq_chain_count(int(kv_tiles), int(q_tiles), shape.causal, int(block_kv / block_q));
+        chain_dq_offset = second_rowsum_offset + (deterministic ? bytes(padded_rows) : 0);
+        chain_rowsum_offset = chain_dq_offset + (chains == 2 ? bytes(padded_rows * size_t(shape.head_dim)) : 0);
+        semaphore_offset = chain_rowsum_offset + (chains == 2 ? 2 * bytes(padded_rows) : 0);
+        semaphores = deterministic ? size_t(chains) * heads * q_tiles * consumers + 1 : 0;
         static_assert(sizeof(uint32_t) == sizeof(float), "the semaphores counted in floats' bytes");
         total = semaphore_offset + (deterministic ? bytes(semaphores) : 0);
     }
@@ -1553,6 +1582,13 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
         sums.dq_semaphores = semaphores;
         sums.block_counter = semaphores + (layout.semaphores - 1);
         sums.second_rowsum = reinterpret_cast<float*>(scratch + layout.second_rowsum_offset);
+        sums.chains = layout.chains;
+        if (layout.chains == 2) {
+            sums.chain_semaphores = semaphores + (layout.semaphores - 1) / 2;
+            sums.chain_dq = reinterpret_cast<float*>(scratch + layout.chain_dq_offset);
+            sums.chain_rowsum[0] = reinterpret_cast<float*>(scratch + layout.chain_rowsum_offset);
+            sums.chain_rowsum[1] = sums.chain_rowsum[0] + padded_rows;  // padded_rows floats: whole 256 bytes
+        }
         sums.key_partials = reinterpret_cast<float*>(scratch + layout.key_partials_offset);
     }
 
@@ -1590,11 +1626,12 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     CUDA_CHECK_LAUNCH();
 
     if (DETERMINISTIC) {
-        const int64_t items = std::max<int64_t>(padded_rows, int64_t(batch_heads) * HEAD_DIM);
+        const int64_t items = std::max({padded_rows, int64_t(batch_heads) * HEAD_DIM,
+                                        layout.chains == 2 ? padded_rows * HEAD_DIM / 4 : int64_t(0)});
         const int fold_blocks = int(std::min<int64_t>((items + FOLD_THREADS - 1) / FOLD_THREADS, 65536));
         backward_fold_sums_kernel<HEAD_DIM><<<fold_blocks, FOLD_THREADS, 0, stream>>>(
             ds_rowsum, sums.second_rowsum, padded_rows, key_sum, sums.key_partials, batch_heads,
-            kv_tiles * Config::CONSUMERS);
+            kv_tiles * Config::CONSUMERS, dq_accumulator, sums);
         CUDA_CHECK_LAUNCH();
     }
 

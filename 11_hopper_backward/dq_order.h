@@ -20,6 +20,12 @@
 // tile t's chain is B(t), B(t) - 1, ..., 0, with B(t) the last block that sees t. The blocks
 // claim their key block from the top down, so that here too a block waits only for blocks that
 // claimed before it.
+//
+// Two chains per tile (`chains` = 2): the even and the odd key blocks add into accumulators of
+// their own, each in the order above, and a last pass adds the two (even first). A block's
+// predecessor in its chain then reaches the tile two steps before it where one chain would give
+// one: the time a link takes (the wait for the turn, the add to completion, the release) has
+// two steps to hide in. The launcher takes two wherever one chain would have less.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +42,7 @@ struct DqOrder {
     int blocks_per_q_tile = 1;  // BLOCK_KV / BLOCK_Q: 1 at D = 64, 2 at D = 128
     bool causal = false;
     bool rotate = false;        // non-causal only, and kv_tiles <= q_tiles
+    int chains = 1;             // 1 or 2: block b adds into chain b % chains
 
     // The first query tile that sees any of block b's keys (causal), or 0.
     DQ_ORDER_FN int first_tile(int b) const {
@@ -53,16 +60,26 @@ struct DqOrder {
         const int tile = walk_start(b) + step;
         return rotate && tile >= q_tiles ? tile - q_tiles : tile;
     }
-    // Block b's place in tile t's chain: how many blocks add into t before it.
+    DQ_ORDER_FN int chain_of(int b) const { return b % chains; }
+    // Block b's place in tile t's chain (its own of `chains`): how many blocks of its chain add
+    // into t before it. Counted over every block, the place is r; the blocks before b are the
+    // r blocks above it (causal: b + 1 .. B(t); rotated: b + 1, b + 2, ... round to s(t)) or, in
+    // the plain order, the b below it; of those, the ones of b's chain are every chains-th.
     DQ_ORDER_FN uint32_t turn(int b, int t) const {
+        if (!causal && !rotate) return uint32_t(b / chains);
+        int r;
         if (causal) {
             const int last = t / blocks_per_q_tile;  // B(t)
-            return uint32_t((last < kv_tiles - 1 ? last : kv_tiles - 1) - b);
+            r = (last < kv_tiles - 1 ? last : kv_tiles - 1) - b;
+        } else {
+            const int s = t / spacing();
+            const int first = s < kv_tiles - 1 ? s : kv_tiles - 1;
+            r = first >= b ? first - b : first - b + kv_tiles;
         }
-        if (!rotate) return uint32_t(b);
-        const int s = t / spacing();
-        const int first = s < kv_tiles - 1 ? s : kv_tiles - 1;
-        return uint32_t(first >= b ? first - b : first - b + kv_tiles);
+        if (b + r < kv_tiles) return uint32_t(r / chains);
+        // Rotated past the last block: b + 1 .. kv_tiles - 1, then 0 .. b + r - kv_tiles.
+        const int wrapped = b + r - kv_tiles, residue = b % chains;
+        return uint32_t((kv_tiles - 1 - b) / chains + (wrapped >= residue ? (wrapped - residue) / chains + 1 : 0));
     }
     // The key block of the block that claimed `index` within its head (0 = the first to start).
     DQ_ORDER_FN int key_block_of_claim(int index) const { return causal ? kv_tiles - 1 - index : index; }
@@ -73,6 +90,17 @@ struct DqOrder {
 // resident at once (`resident_blocks`: SMs times blocks per SM).
 inline bool rotate_dq_chains(int kv_tiles, int q_tiles, bool causal, int64_t resident_blocks) {
     return !causal && kv_tiles > 1 && kv_tiles <= q_tiles && int64_t(kv_tiles) <= resident_blocks;
+}
+
+// And of DqOrder::chains: two where one chain would have its blocks reach a tile less than two
+// steps apart (rotated with fewer than two query tiles per key block, causal at D = 64), one
+// where it has two steps already, or a single key block.
+// A function of the shape alone (the workspace holds the second chain's accumulators), not of
+// `rotate`: unrotated, fewer than two query tiles per key block gives two chains too.
+inline int dq_chain_count(int kv_tiles, int q_tiles, bool causal, int blocks_per_q_tile) {
+    if (kv_tiles < 2) return 1;
+    if (causal) return blocks_per_q_tile >= 2 ? 1 : 2;
+    return int64_t(q_tiles) >= 2 * int64_t(kv_tiles) ? 1 : 2;
 }
 
 #undef DQ_ORDER_FN
