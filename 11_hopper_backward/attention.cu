@@ -560,14 +560,6 @@ struct DeterministicSums {
     int chains;               // DqOrder::chains
 };
 
-// Deterministic mode: what a consumer and its dQ writer (write_dq_in_order) hand each other, per
-// consumer. `staged` completes a phase when all 128 threads of the consumer have stored a piece
-// of dQ in its staging tile; `free` when the writer's reduce-add has read it.
-struct DqWriterBarriers {
-    uint64_t* staged;  // [CONSUMERS]
-    uint64_t* free;    // [CONSUMERS]
-};
-
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
 // the 1024-byte aligned base, each the previous one plus the previous region's size.
 template <class Config>
@@ -594,8 +586,13 @@ struct BackwardSharedLayout {
     // and each consumer's copy of the sums, [CONSUMERS][BLOCK_Q].
     static constexpr size_t DELTA_PARTIALS = DELTA_ROWS + Config::STAGES * Config::ROW_BYTES;
     static constexpr size_t EXACT_DELTA = DELTA_PARTIALS + 2 * 4 * Config::CONSUMERS * Config::ROW_BYTES;
+    // Deterministic mode: each consumer's two mbarriers with its dQ writer, `staged` then `free`
+    // ([2][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
+    // registers, need not hold their addresses.
+    static constexpr size_t DQ_WRITER = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES;
     // The dynamic shared memory to ask for: the regions and up to 1024 bytes of rounding the base.
-    static constexpr size_t BYTES = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES + 1024;
+    static constexpr size_t BYTES =
+        DQ_WRITER + (Config::DETERMINISTIC ? 2 * Config::CONSUMERS * sizeof(uint64_t) : 0) + 1024;
 
     // wgmma's operands start on the swizzle atom (1024 bytes), the FP32 rows where TMA may
     // write them and the copy engine read them (128 bytes).
@@ -608,6 +605,20 @@ struct BackwardSharedLayout {
                       Config::DQ_BYTES % 128 == 0 && Config::ROW_BYTES % 128 == 0,
                   "FP32 rows on 128-byte boundaries");
     static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block");
+};
+
+// Deterministic mode: the mbarriers of a consumer and its dQ writer (write_dq_in_order), in the
+// shared memory at BackwardSharedLayout::DQ_WRITER. `staged` completes a phase when all 128
+// threads of the consumer have stored a piece of dQ in its staging tile; `free` when the
+// writer's reduce-add has read it.
+template <class Config>
+struct DqWriter {
+    static __device__ __forceinline__ uint64_t* staged(unsigned char* base, int consumer) {
+        return reinterpret_cast<uint64_t*>(base + BackwardSharedLayout<Config>::DQ_WRITER) + consumer;
+    }
+    static __device__ __forceinline__ uint64_t* free(unsigned char* base, int consumer) {
+        return staged(base, Config::CONSUMERS + consumer);
+    }
 };
 
 // Per query row, into arrays padded to whole query tiles (BLOCK_Q rows) per head (so that every tile the
@@ -756,7 +767,6 @@ struct BackwardBlock {
     // mode order.tile_at(kv_block, read).
     DqOrder order;
     int kv_block;
-    DqWriterBarriers dq_writer;
     int warpgroup;        // -1: the producer; 0, 1: consumers
     int warp;             // inside the warpgroup
     int lane;
@@ -770,8 +780,7 @@ template <class Config>
 __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
                                                              uint64_t* q_full, uint64_t* q_empty,
                                                              int kv_tiles, int q_tiles, bool causal,
-                                                             int linear_block, DqOrder order,
-                                                             DqWriterBarriers dq_writer) {
+                                                             int linear_block, DqOrder order) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
     BackwardBlock block;
     block.base = base;
@@ -800,7 +809,6 @@ __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base
     if constexpr (Config::DETERMINISTIC) {
         block.order = order;
         block.kv_block = linear_block % kv_tiles;
-        block.dq_writer = dq_writer;
     }
     return block;
 }
@@ -1167,10 +1175,10 @@ struct ConsumerWarpgroup : BackwardBlock {
     __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile,
                                                          int handed) const {
         if constexpr (Config::DETERMINISTIC) {
-            if (handed > 0) mbarrier_wait(&dq_writer.free[warpgroup], uint32_t((handed - 1) % 2));
+            if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
             stage_dq(dq, ds_sum);
             fence_proxy_async_shared();  // the copy engine reads what these stores wrote
-            mbarrier_arrive(&dq_writer.staged[warpgroup]);
+            mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
         } else {
             hand_over_dq(dq, ds_sum, q_tile);
         }
@@ -1367,7 +1375,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 }
 
 // Deterministic mode: consumer `consumer`'s dQ writer, one thread of the producer warpgroup
-// (DqWriterBarriers). For each tile of the block's walk, in the order the consumer hands its
+// (DqWriter). For each tile of the block's walk, in the order the consumer hands its
 // pieces over (consumer 0 each a step late, in the same order), it waits until the tile's
 // semaphore reads the block's turn (the blocks before it in the chain have added) and the
 // consumer has staged the piece; lets the copy engine add it; frees the staging tiles once the
@@ -1385,11 +1393,12 @@ __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, in
         const int q_tile = block.order.tile_at(block.kv_block, step);
         uint32_t* semaphore = semaphores + int64_t(q_tile) * Config::CONSUMERS;
         const uint32_t turn = block.order.turn(block.kv_block, q_tile);
-        while (load_acquire_gpu(semaphore) != turn) {
+        while (load_relaxed_gpu(semaphore) != turn) {
         }
-        mbarrier_wait(&block.dq_writer.staged[consumer], uint32_t(step % 2));
-        // The acquire is a generic-proxy read; the reduce-add reads and writes through the async
-        // proxy: order them.
+        fence_acquire_gpu();
+        mbarrier_wait(DqWriter<Config>::staged(block.base, consumer), uint32_t(step % 2));
+        // The acquire is through the generic proxy; the reduce-add reads and writes through the
+        // async proxy: order them.
         fence_proxy_async_global();
         const int64_t tile = int64_t(block.head) * block.q_tiles + q_tile;
         bulk_reduce_add_f32(dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64,
@@ -1397,7 +1406,7 @@ __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, in
         bulk_reduce_add_f32(ds_rowsum + tile * Config::BLOCK_Q, rowsum_staging, Config::ROW_BYTES);
         bulk_commit();
         bulk_wait_read<0>();
-        mbarrier_arrive(&block.dq_writer.free[consumer]);
+        mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
         // Complete, not only read (.read would let the next block's add overtake this one's
         // writes). Completion implies a generic-async proxy fence (PTX ISA, "Async proxy"); the
         // explicit one says so where the code relies on it.
@@ -1433,7 +1442,6 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
     __shared__ uint64_t q_empty[STAGES];  // every consumer warp is done with the stage
-    __shared__ uint64_t dq_staged[Config::CONSUMERS], dq_free[Config::CONSUMERS];  // deterministic
     extern __shared__ unsigned char dynamic_shared[];
     // excerpt: shared-base
     // The tiles start on a 1024-byte boundary (the swizzle atom). Rounding up by pointer
@@ -1449,8 +1457,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         linear_block = index - index % kv_tiles + order.key_block_of_claim(index % kv_tiles);
     }
     const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
-                                                            causal, linear_block, order,
-                                                            DqWriterBarriers{dq_staged, dq_free});
+                                                            causal, linear_block, order);
 
     if (threadIdx.x == 0) {
         mbarrier_init(&kv_full, 1);
@@ -1460,8 +1467,8 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         }
         if constexpr (Config::DETERMINISTIC)
             for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
-                mbarrier_init(&dq_staged[consumer], 128);
-                mbarrier_init(&dq_free[consumer], 1);
+                mbarrier_init(DqWriter<Config>::staged(base, consumer), 128);
+                mbarrier_init(DqWriter<Config>::free(base, consumer), 1);
             }
         fence_barrier_init();
     }
