@@ -1393,9 +1393,8 @@ __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, in
         const int q_tile = block.order.tile_at(block.kv_block, step);
         uint32_t* semaphore = semaphores + int64_t(q_tile) * Config::CONSUMERS;
         const uint32_t turn = block.order.turn(block.kv_block, q_tile);
-        while (load_relaxed_gpu(semaphore) != turn) {
+        while (load_acquire_gpu(semaphore) != turn) {
         }
-        fence_acquire_gpu();
         mbarrier_wait(DqWriter<Config>::staged(block.base, consumer), uint32_t(step % 2));
         // The acquire is through the generic proxy; the reduce-add reads and writes through the
         // async proxy: order them.

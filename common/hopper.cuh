@@ -351,18 +351,16 @@ struct Wgmma<192> {
 // ---- end of generated Wgmma<N> ----
 
 // ---- ordering between blocks (stage 11's deterministic dQ) ------------------------------------
-// A store that releases, and a relaxed load followed by an acquire fence, at GPU scope: what a
-// thread wrote or saw before its release is visible to a thread of another block once its
-// relaxed load has read the released value and its fence has followed (the PTX memory model's
-// acquire pattern). A spin loop of relaxed loads with one fence after it, rather than a loop of
-// ld.acquire: ptxas follows every ld.acquire.gpu with an invalidation of the SM's L1 (CCTL.IVALL).
-// The address is a global one (cudaMalloc), passed as a generic pointer.
-__device__ __forceinline__ uint32_t load_relaxed_gpu(const uint32_t* address) {
+// A load that acquires and a store that releases, at GPU scope: what a thread wrote or saw
+// before its release is visible to a thread of another block after an acquire that reads the
+// released value. The address is a global one (cudaMalloc), passed as a generic pointer. (A
+// spin of relaxed loads with one fence.acq_rel after it measured slower in stage 11's dQ
+// writer: ptxas makes the fence a MEMBAR.ALL.GPU; lab notes 11.)
+__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t* address) {
     uint32_t value;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
     return value;
 }
-__device__ __forceinline__ void fence_acquire_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 __device__ __forceinline__ void store_release_gpu(uint32_t* address, uint32_t value) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
 }
