@@ -21,6 +21,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include "attention.h"
+#include "dq_order.h"
 #include "cuda_check.h"
 #include "hopper.cuh"
 #include "ptx.cuh"
@@ -550,6 +551,13 @@ struct DeterministicSums {
     uint32_t* dq_semaphores;  // [head][query tile][consumer]: how many key blocks have added
     float* second_rowsum;     // consumer 1's dS row sums (consumer 0's go to ds_rowsum)
     float* key_partials;      // [head][key block][consumer][HEAD_DIM]: K column sums
+    // Chain 1 (DqOrder::chains = 2): its semaphores, its dQ accumulator and its consumers' dS
+    // row sums, laid out as chain 0's.
+    uint32_t* chain_semaphores;
+    float* chain_dq;
+    float* chain_rowsum[2];
+    bool rotate;              // DqOrder::rotate: every block of a head fits on the GPU at once
+    int chains;               // DqOrder::chains
 };
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
@@ -578,8 +586,13 @@ struct BackwardSharedLayout {
     // and each consumer's copy of the sums, [CONSUMERS][BLOCK_Q].
     static constexpr size_t DELTA_PARTIALS = DELTA_ROWS + Config::STAGES * Config::ROW_BYTES;
     static constexpr size_t EXACT_DELTA = DELTA_PARTIALS + 2 * 4 * Config::CONSUMERS * Config::ROW_BYTES;
+    // Deterministic mode: each consumer's two mbarriers with its dQ writer, `staged` then `free`
+    // ([2][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
+    // registers, need not hold their addresses.
+    static constexpr size_t DQ_WRITER = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES;
     // The dynamic shared memory to ask for: the regions and up to 1024 bytes of rounding the base.
-    static constexpr size_t BYTES = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES + 1024;
+    static constexpr size_t BYTES =
+        DQ_WRITER + (Config::DETERMINISTIC ? 2 * Config::CONSUMERS * sizeof(uint64_t) : 0) + 1024;
 
     // wgmma's operands start on the swizzle atom (1024 bytes), the FP32 rows where TMA may
     // write them and the copy engine read them (128 bytes).
@@ -592,6 +605,20 @@ struct BackwardSharedLayout {
                       Config::DQ_BYTES % 128 == 0 && Config::ROW_BYTES % 128 == 0,
                   "FP32 rows on 128-byte boundaries");
     static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block");
+};
+
+// Deterministic mode: the mbarriers of a consumer and its dQ writer (write_dq_in_order), in the
+// shared memory at BackwardSharedLayout::DQ_WRITER. `staged` completes a phase when all 128
+// threads of the consumer have stored a piece of dQ in its staging tile; `free` when the
+// writer's reduce-add has read it.
+template <class Config>
+struct DqWriter {
+    static __device__ __forceinline__ uint64_t* staged(unsigned char* base, int consumer) {
+        return reinterpret_cast<uint64_t*>(base + BackwardSharedLayout<Config>::DQ_WRITER) + consumer;
+    }
+    static __device__ __forceinline__ uint64_t* free(unsigned char* base, int consumer) {
+        return staged(base, Config::CONSUMERS + consumer);
+    }
 };
 
 // Per query row, into arrays padded to whole query tiles (BLOCK_Q rows) per head (so that every tile the
@@ -674,8 +701,9 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
 }
 
 // Deterministic mode, between the backward kernel and the conversion: consumer 1's dS row sums
-// added to consumer 0's, and each head's K column sums from its blocks' partial sums, key block
-// after key block (the default kernel adds both in device memory as it goes, in any order).
+// added to consumer 0's (with two chains, then chain 1's two, and chain 1's dQ to chain 0's), and
+// each head's K column sums from its blocks' partial sums, key block after key block (the default
+// kernel adds all of these in device memory as it goes, in any order).
 constexpr int FOLD_THREADS = 256;
 
 template <int HEAD_DIM>
@@ -683,10 +711,22 @@ __global__ void __launch_bounds__(FOLD_THREADS)
 backward_fold_sums_kernel(float* __restrict__ ds_rowsum, const float* __restrict__ second_rowsum,
                           int64_t padded_rows, float* __restrict__ key_sum,
                           const float* __restrict__ key_partials, int64_t batch_heads,
-                          int partials_per_head) {
+                          int partials_per_head, float* __restrict__ dq_accumulator,
+                          const DeterministicSums sums) {
     const int64_t stride = int64_t(gridDim.x) * FOLD_THREADS;
     const int64_t first = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x;
-    for (int64_t row = first; row < padded_rows; row += stride) ds_rowsum[row] += second_rowsum[row];
+    if (sums.chains == 2) {  // chain 0's sums, then chain 1's
+        for (int64_t row = first; row < padded_rows; row += stride)
+            ds_rowsum[row] = ds_rowsum[row] + second_rowsum[row] + sums.chain_rowsum[0][row] + sums.chain_rowsum[1][row];
+        for (int64_t i = first; i < padded_rows * HEAD_DIM / 4; i += stride) {
+            float4 sum = reinterpret_cast<float4*>(dq_accumulator)[i];
+            const float4 chain = reinterpret_cast<const float4*>(sums.chain_dq)[i];
+            sum.x += chain.x, sum.y += chain.y, sum.z += chain.z, sum.w += chain.w;
+            reinterpret_cast<float4*>(dq_accumulator)[i] = sum;
+        }
+    } else {
+        for (int64_t row = first; row < padded_rows; row += stride) ds_rowsum[row] += second_rowsum[row];
+    }
     for (int64_t i = first; i < batch_heads * HEAD_DIM; i += stride) {
         const int64_t head = i / HEAD_DIM;
         const float* partial = key_partials + head * partials_per_head * HEAD_DIM + i % HEAD_DIM;
@@ -722,6 +762,11 @@ struct BackwardBlock {
     int kv_start;         // the block's first key
     int q_tiles;
     int first_q_tile;     // causal: the first query tile that sees any of the block's keys
+    // Deterministic mode only: the order of the walk and of the chains (dq_order.h), and the
+    // block's key block. The walk's step `read` is query tile first_q_tile + read, or in this
+    // mode order.tile_at(kv_block, read).
+    DqOrder order;
+    int kv_block;
     int warpgroup;        // -1: the producer; 0, 1: consumers
     int warp;             // inside the warpgroup
     int lane;
@@ -735,7 +780,7 @@ template <class Config>
 __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
                                                              uint64_t* q_full, uint64_t* q_empty,
                                                              int kv_tiles, int q_tiles, bool causal,
-                                                             int linear_block) {
+                                                             int linear_block, DqOrder order) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
     BackwardBlock block;
     block.base = base;
@@ -761,6 +806,10 @@ __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base
     block.fragment_column = 2 * (block.lane % 4);
     // Causal: query tiles whose last row comes before the block's first key see none of them.
     block.first_q_tile = causal ? min(block.kv_start / Config::BLOCK_Q, q_tiles) : 0;
+    if constexpr (Config::DETERMINISTIC) {
+        block.order = order;
+        block.kv_block = linear_block % kv_tiles;
+    }
     return block;
 }
 
@@ -784,7 +833,9 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
         tma_load_3d(block.v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, block.kv_start, head, block.kv_full);
     }
     // excerpt: producer
-    for (int q_tile = block.first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
+    for (int in_order = block.first_q_tile, load = 0; in_order < q_tiles; ++in_order, ++load) {
+        int q_tile = in_order;
+        if constexpr (Config::DETERMINISTIC) q_tile = block.order.tile_at(block.kv_block, load);
         const int stage = load % STAGES;
         mbarrier_wait(&q_empty[stage], (load / STAGES + 1) % 2);
         mbarrier_arrive_expect_tx(&q_full[stage], 2 * Config::Q_BYTES + 2 * Config::ROW_BYTES);
@@ -875,12 +926,8 @@ struct ConsumerWarpgroup : BackwardBlock {
     bool lagging;  // consumer 0: its piece of dQ comes a tile late
     // end excerpt
 
-    // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's
-    // semaphore of the head's first query tile (the next tile's is CONSUMERS further), its
-    // block's place in every chain (its key block: the blocks whose keys a query tile sees are
-    // always key blocks 0, 1, ...), and its row of K column sums.
-    uint32_t* dq_semaphores;
-    uint32_t dq_turn;
+    // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's row of
+    // K column sums.
     float* key_partial;
 
     // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
@@ -1084,14 +1131,8 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
-    // excerpt: dq-reduce
-    // The piece of dQ into the staging tile, once the previous reduce-add has read it; then the
-    // copy engine adds it to the accumulator in device memory, where the query tile's pieces
-    // follow each other in consumer order.
-    __device__ __forceinline__ void hand_over_dq(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
-        const bool leader = threadIdx.x % 128 == 0;
-        if (leader) bulk_wait_read<0>();
-        named_barrier_sync(1 + warpgroup, 128);
+    // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles.
+    __device__ __forceinline__ void stage_dq(const float (&dq)[32], const DsSums& ds_sum) const {
 #pragma unroll
         for (int i = 0; i < 8; ++i)
             reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
@@ -1103,6 +1144,17 @@ struct ConsumerWarpgroup : BackwardBlock {
                 rowsum_staging[m * 64 + warp * 16 + fragment_row + 8] = ds_sum[m][2];
             }
         }
+    }
+
+    // excerpt: dq-reduce
+    // The piece of dQ into the staging tile, once the previous reduce-add has read it; then the
+    // copy engine adds it to the accumulator in device memory, where the query tile's pieces
+    // follow each other in consumer order.
+    __device__ __forceinline__ void hand_over_dq(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
+        const bool leader = threadIdx.x % 128 == 0;
+        if (leader) bulk_wait_read<0>();
+        named_barrier_sync(1 + warpgroup, 128);
+        stage_dq(dq, ds_sum);
         fence_proxy_async_shared();
         named_barrier_sync(1 + warpgroup, 128);
         if (leader) {
@@ -1115,30 +1167,18 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
-    // hand_over_dq, in deterministic mode in this block's turn: its leader waits until the
-    // consumers of key blocks 0 .. dq_turn - 1 have added into the tile (the semaphore reads
-    // dq_turn), lets hand_over_dq issue the reduce-add, waits until the adds are complete and
-    // visible, and passes the turn on (dq_turn + 1). The lab notes say why each fence is there
-    // and why no block can wait forever.
-    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
+    // hand_over_dq, or in deterministic mode the same piece to the block's dQ writer
+    // (write_dq_in_order), which adds it when the block's turn in the tile's chain has come: every
+    // thread waits until the writer has read the consumer's previous piece (`handed` pieces so
+    // far), stores its part, and arrives; the writer waits for all 128. The consumer goes on at
+    // once: the chain's waits are the writer's.
+    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile,
+                                                         int handed) const {
         if constexpr (Config::DETERMINISTIC) {
-            uint32_t* semaphore = dq_semaphores + int64_t(q_tile) * Config::CONSUMERS;
-            if (threadIdx.x % 128 == 0) {
-                while (load_acquire_gpu(semaphore) != dq_turn) {
-                }
-                // The acquire is a generic-proxy read; the reduce-add reads and writes through
-                // the async proxy: order them.
-                fence_proxy_async_global();
-            }
-            hand_over_dq(dq, ds_sum, q_tile);
-            if (threadIdx.x % 128 == 0) {
-                // Complete, not only read (.read would let the next block's add overtake this
-                // one's writes). Completion implies a generic-async proxy fence (PTX ISA, "Async
-                // proxy"); the explicit one says so where the code relies on it.
-                bulk_wait<0>();
-                fence_proxy_async_global();
-                store_release_gpu(semaphore, dq_turn + 1);
-            }
+            if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
+            stage_dq(dq, ds_sum);
+            fence_proxy_async_shared();  // the copy engine reads what these stores wrote
+            mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
         } else {
             hand_over_dq(dq, ds_sum, q_tile);
         }
@@ -1146,7 +1186,7 @@ struct ConsumerWarpgroup : BackwardBlock {
 
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq and ds_sum.
-    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum) const {
+    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum, int handed) const {
         wait_turn();
         fence_registers(dq);
 #pragma unroll
@@ -1158,7 +1198,9 @@ struct ConsumerWarpgroup : BackwardBlock {
         fence_registers(dq);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
-        hand_over_dq_in_turn(dq, ds_sum, q_tiles - 1);
+        int last_tile = q_tiles - 1;  // of the walk
+        if constexpr (Config::DETERMINISTIC) last_tile = order.tile_at(kv_block, q_tiles - 1 - first_q_tile);
+        hand_over_dq_in_turn(dq, ds_sum, last_tile, handed);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1229,9 +1271,6 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     if constexpr (Config::DETERMINISTIC) {
         const int kv_block = block.kv_start / BLOCK_KV;
         if (warpgroup == 1) consumer.ds_rowsum = sums.second_rowsum;
-        consumer.dq_semaphores =
-            sums.dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + warpgroup;
-        consumer.dq_turn = uint32_t(kv_block);
         consumer.key_partial =
             sums.key_partials + ((int64_t(block.head) * kv_tiles + kv_block) * Config::CONSUMERS + warpgroup) * Config::HEAD_DIM;
     }
@@ -1259,8 +1298,14 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     consumer.add_key_column_sums(key_sum);
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
+    int handed = 0;  // pieces of dQ handed over (the deterministic mode counts them)
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
-    for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
+    for (int in_order = first_q_tile, read = 0; in_order < q_tiles; ++in_order, ++read) {
+        int q_tile = in_order, previous_tile = in_order - 1;
+        if constexpr (Config::DETERMINISTIC) {
+            q_tile = block.order.tile_at(block.kv_block, read);
+            previous_tile = block.order.tile_at(block.kv_block, read - 1);
+        }
         const int stage = read % STAGES;
         const int q_start = q_tile * BLOCK_Q;
         mbarrier_wait(&block.q_full[stage], (read / STAGES) % 2);
@@ -1306,11 +1351,12 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.release_stage(dk, dv, dq, ds_sum, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         if (has_dq) {
-            consumer.hand_over_dq_in_turn(dq, ds_sum, consumer.lagging ? q_tile - 1 : q_tile);
-        } else {
+            consumer.hand_over_dq_in_turn(dq, ds_sum, consumer.lagging ? previous_tile : q_tile, handed++);
+        } else if constexpr (!Config::DETERMINISTIC) {
             // No piece yet, but the same two barriers: racecheck takes an exchange between warps
             // that have passed different numbers of barriers for a race even where a barrier
-            // orders it, and the exact delta's exchange comes next (docs/sanitizers.md).
+            // orders it, and the exact delta's exchange comes next (docs/sanitizers.md). (The
+            // deterministic hand-over passes none.)
             named_barrier_sync(1 + block.warpgroup, 128);
             named_barrier_sync(1 + block.warpgroup, 128);
         }
@@ -1320,7 +1366,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (consumer.lagging && first_q_tile < q_tiles) {
         float dq[32], ds_sum[Config::Q_SLABS][4];
-        consumer.hand_over_last_dq(dq, ds_sum);
+        consumer.hand_over_last_dq(dq, ds_sum, handed);
     }
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
     named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
@@ -1328,9 +1374,51 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
-// Deterministic mode: the block's linear index (head * kv_tiles + key tile) is the number of
-// blocks that started before it, not blockIdx.x. A block then waits only for blocks that are
-// running or done, whatever order the hardware starts blocks in (lab notes 11).
+// Deterministic mode: consumer `consumer`'s dQ writer, one thread of the producer warpgroup
+// (DqWriter). For each tile of the block's walk, in the order the consumer hands its
+// pieces over (consumer 0 each a step late, in the same order), it waits until the tile's
+// semaphore reads the block's turn (the blocks before it in the chain have added) and the
+// consumer has staged the piece; lets the copy engine add it; frees the staging tiles once the
+// copy has read them; and once the add is complete, passes the turn on. The lab notes say why
+// each fence is there and why no block can wait forever.
+template <class Config>
+__device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, int consumer, float* dq_accumulator,
+                                                  float* ds_rowsum, uint32_t* dq_semaphores) {
+    using Shared = BackwardSharedLayout<Config>;
+    const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
+    const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::ROW_BYTES);
+    uint32_t* semaphores = dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + consumer;
+    const int steps = block.q_tiles - block.first_q_tile;
+    for (int step = 0; step < steps; ++step) {
+        const int q_tile = block.order.tile_at(block.kv_block, step);
+        uint32_t* semaphore = semaphores + int64_t(q_tile) * Config::CONSUMERS;
+        const uint32_t turn = block.order.turn(block.kv_block, q_tile);
+        while (load_acquire_gpu(semaphore) != turn) {
+        }
+        mbarrier_wait(DqWriter<Config>::staged(block.base, consumer), uint32_t(step % 2));
+        // The acquire is through the generic proxy; the reduce-add reads and writes through the
+        // async proxy: order them.
+        fence_proxy_async_global();
+        const int64_t tile = int64_t(block.head) * block.q_tiles + q_tile;
+        bulk_reduce_add_f32(dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64,
+                            dq_staging, Config::DQ_BYTES);
+        bulk_reduce_add_f32(ds_rowsum + tile * Config::BLOCK_Q, rowsum_staging, Config::ROW_BYTES);
+        bulk_commit();
+        bulk_wait_read<0>();
+        mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
+        // Complete, not only read (.read would let the next block's add overtake this one's
+        // writes). Completion implies a generic-async proxy fence (PTX ISA, "Async proxy"); the
+        // explicit one says so where the code relies on it.
+        bulk_wait<0>();
+        fence_proxy_async_global();
+        store_release_gpu(semaphore, turn + 1);
+    }
+}
+
+// Deterministic mode: the block's (head, key block) comes from the number of blocks that
+// started before it, not from blockIdx.x: the claimed indices are always 0 .. n - 1 for the n
+// blocks that have started, whatever order the hardware starts blocks in, so the blocks a block
+// waits for are running or done (dq_order.h, lab notes 11).
 __device__ __forceinline__ int claim_block_index(uint32_t* block_counter) {
     __shared__ int index;
     if (threadIdx.x == 0) index = int(atomicAdd(block_counter, 1u));
@@ -1361,9 +1449,14 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
     int linear_block = int(blockIdx.x);
-    if constexpr (Config::DETERMINISTIC) linear_block = claim_block_index(sums.block_counter);
-    const BackwardBlock block =
-        make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles, causal, linear_block);
+    const DqOrder order{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, sums.rotate, sums.chains};
+    if constexpr (Config::DETERMINISTIC) {
+        // The claimed index, head by head; within a head, the key block the order gives it.
+        const int index = claim_block_index(sums.block_counter);
+        linear_block = index - index % kv_tiles + order.key_block_of_claim(index % kv_tiles);
+    }
+    const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
+                                                            causal, linear_block, order);
 
     if (threadIdx.x == 0) {
         mbarrier_init(&kv_full, 1);
@@ -1371,6 +1464,11 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             mbarrier_init(&q_full[stage], 1);
             mbarrier_init(&q_empty[stage], CONSUMER_WARPS);
         }
+        if constexpr (Config::DETERMINISTIC)
+            for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
+                mbarrier_init(DqWriter<Config>::staged(base, consumer), 128);
+                mbarrier_init(DqWriter<Config>::free(base, consumer), 1);
+            }
         fence_barrier_init();
     }
     for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
@@ -1381,6 +1479,17 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     if (block.warpgroup < 0) {
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
+        if constexpr (Config::DETERMINISTIC) {  // lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer
+            const int consumer = int(threadIdx.x) / 32 - 1;
+            if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
+                const bool chain_1 = order.chain_of(block.kv_block) == 1;
+                write_dq_in_order<Config>(
+                    block, consumer, chain_1 ? sums.chain_dq : dq_accumulator,
+                    consumer == 0 ? (chain_1 ? sums.chain_rowsum[0] : ds_rowsum)
+                                  : (chain_1 ? sums.chain_rowsum[1] : sums.second_rowsum),
+                    chain_1 ? sums.chain_semaphores : sums.dq_semaphores);
+            }
+        }
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
@@ -1413,9 +1522,10 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
 // dS row sums, and the semaphores with the block counter (zeroed): DeterministicSums.
 struct BackwardWorkspace {
     size_t delta_offset = 0, lse_offset = 0, key_partials_offset = 0, rowsum_offset = 0,
-           key_sum_offset = 0, dq_offset = 0, second_rowsum_offset = 0, semaphore_offset = 0,
-           total = 0;
-    size_t semaphores = 0;  // deterministic: one per (head, query tile, consumer), then the counter
+           key_sum_offset = 0, dq_offset = 0, second_rowsum_offset = 0, chain_dq_offset = 0,
+           chain_rowsum_offset = 0, semaphore_offset = 0, total = 0;
+    int chains = 1;         // deterministic: DqOrder::chains
+    size_t semaphores = 0;  // deterministic: one per (chain, head, query tile, consumer), then the counter
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
         const size_t block_q = shape.head_dim == 64 ? BackwardTiling<64>::BLOCK_Q : BackwardTiling<128>::BLOCK_Q;
@@ -1433,8 +1543,12 @@ struct BackwardWorkspace {
         key_sum_offset = rowsum_offset + bytes(padded_rows);
         dq_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
         second_rowsum_offset = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
-        semaphore_offset = second_rowsum_offset + (deterministic ? bytes(padded_rows) : 0);
-        semaphores = deterministic ? heads * q_tiles * consumers + 1 : 0;
+        if (deterministic)
+            chains = dq_chain_count(int(kv_tiles), int(q_tiles), shape.causal, int(block_kv / block_q));
+        chain_dq_offset = second_rowsum_offset + (deterministic ? bytes(padded_rows) : 0);
+        chain_rowsum_offset = chain_dq_offset + (chains == 2 ? bytes(padded_rows * size_t(shape.head_dim)) : 0);
+        semaphore_offset = chain_rowsum_offset + (chains == 2 ? 2 * bytes(padded_rows) : 0);
+        semaphores = deterministic ? size_t(chains) * heads * q_tiles * consumers + 1 : 0;
         static_assert(sizeof(uint32_t) == sizeof(float), "the semaphores counted in floats' bytes");
         total = semaphore_offset + (deterministic ? bytes(semaphores) : 0);
     }
@@ -1474,6 +1588,13 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
         sums.dq_semaphores = semaphores;
         sums.block_counter = semaphores + (layout.semaphores - 1);
         sums.second_rowsum = reinterpret_cast<float*>(scratch + layout.second_rowsum_offset);
+        sums.chains = layout.chains;
+        if (layout.chains == 2) {
+            sums.chain_semaphores = semaphores + (layout.semaphores - 1) / 2;
+            sums.chain_dq = reinterpret_cast<float*>(scratch + layout.chain_dq_offset);
+            sums.chain_rowsum[0] = reinterpret_cast<float*>(scratch + layout.chain_rowsum_offset);
+            sums.chain_rowsum[1] = sums.chain_rowsum[0] + padded_rows;  // padded_rows floats: whole 256 bytes
+        }
         sums.key_partials = reinterpret_cast<float*>(scratch + layout.key_partials_offset);
     }
 
@@ -1494,17 +1615,29 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     auto kernel = flash_backward_kernel<Config>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Shared::BYTES)));
+    if (DETERMINISTIC && !shape.causal) {
+        // The rotated order lets a block wait for one of its head that claimed later: only
+        // where every block of a head can run at once, and each block's walk starts on a query
+        // tile of its own (dq_order.h).
+        int device = 0, multiprocessors = 0, per_multiprocessor = 0;
+        CUDA_CHECK(cudaGetDevice(&device));
+        CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, Config::THREADS,
+                                                                 Shared::BYTES));
+        sums.rotate = rotate_dq_chains(kv_tiles, q_tiles, shape.causal, int64_t(multiprocessors) * per_multiprocessor);
+    }
     kernel<<<unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream>>>(
         q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map, dq_accumulator, ds_rowsum,
         key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal, sums);
     CUDA_CHECK_LAUNCH();
 
     if (DETERMINISTIC) {
-        const int64_t items = std::max<int64_t>(padded_rows, int64_t(batch_heads) * HEAD_DIM);
+        const int64_t items = std::max({padded_rows, int64_t(batch_heads) * HEAD_DIM,
+                                        layout.chains == 2 ? padded_rows * HEAD_DIM / 4 : int64_t(0)});
         const int fold_blocks = int(std::min<int64_t>((items + FOLD_THREADS - 1) / FOLD_THREADS, 65536));
         backward_fold_sums_kernel<HEAD_DIM><<<fold_blocks, FOLD_THREADS, 0, stream>>>(
             ds_rowsum, sums.second_rowsum, padded_rows, key_sum, sums.key_partials, batch_heads,
-            kv_tiles * Config::CONSUMERS);
+            kv_tiles * Config::CONSUMERS, dq_accumulator, sums);
         CUDA_CHECK_LAUNCH();
     }
 

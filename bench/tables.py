@@ -29,7 +29,8 @@ A number inside a sentence is generated the same way, from one row of the same r
 
 SHAPE is a sweep of one shape (bf16-headline) or BxHxLqxLkxDxCAUSAL (4x8x4096x4096x64x0);
 A value whose implementation has no row at all in the results (a stage newer than the
-committed run) is pending and rendered as "…", like a stage table without results.
+committed run), or no row of that pass, is pending and rendered as "…", like a stage table
+without results.
 FIELD is median_ms, min_ms, tflops, pct_sol, workspace (bytes in MiB/GiB) or
 speedup=OTHER (OTHER's median over this one's, with a ×) or time_ratio=SHAPE (this
 median over the same implementation's at SHAPE).
@@ -246,8 +247,11 @@ class Tables:
         shape = parse_shape(shape_text, self.sweeps)
         # A stage newer than the committed run has no row at all yet: its values stay pending
         # (rendered as an ellipsis) until the next `make bench`, as its results table does.
+        # So are the values of a pass the committed run has no row of (the deterministic backward's
+        # bwd_det before the run that first timed it).
         named = [implementation] + ([field.split("=", 1)[1]] if field.startswith("speedup=") else [])
-        if any(not any(key[0] == name.partition("/")[0] for key in self.rows) for name in named):
+        if any(not any(key[0] == name.partition("/")[0] and key[3] == pass_name for key in self.rows)
+               for name in named):
             self.pending.append(spec)
             return PENDING
 

@@ -353,7 +353,9 @@ struct Wgmma<192> {
 // ---- ordering between blocks (stage 11's deterministic dQ) ------------------------------------
 // A load that acquires and a store that releases, at GPU scope: what a thread wrote or saw
 // before its release is visible to a thread of another block after an acquire that reads the
-// released value. The address is a global one (cudaMalloc), passed as a generic pointer.
+// released value. The address is a global one (cudaMalloc), passed as a generic pointer. (A
+// spin of relaxed loads with one fence.acq_rel after it measured slower in stage 11's dQ
+// writer: ptxas makes the fence a MEMBAR.ALL.GPU; lab notes 11.)
 __device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t* address) {
     uint32_t value;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");

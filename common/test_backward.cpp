@@ -219,9 +219,11 @@ bool fits(int len_q, int len_kv) {
     return len_q <= caps.max_len_q && len_kv <= caps.max_len_kv;
 }
 
-// deterministic = true: `runs` backward passes on the same inputs, the first within the
-// tolerance of the FP64 reference, every later one the same bit for bit (dQ, dK, dV, with the
-// guard elements after their ends).
+}  // namespace
+
+// deterministic = true (declared in test_support.h): `runs` backward passes on the same inputs,
+// the first within the tolerance of the FP64 reference, every later one the same bit for bit
+// (dQ, dK, dV, with the guard elements after their ends).
 void check_deterministic(AttentionShape shape, int runs) {
     shape.deterministic = true;
     const BackwardCase backward(shape);
@@ -236,6 +238,8 @@ void check_deterministic(AttentionShape shape, int runs) {
         CHECK_MESSAGE(same_bits(again.dv, first.dv), "dv differs from the first run's");
     }
 }
+
+namespace {
 
 // A stage without a deterministic backward refuses deterministic = true by name, on real
 // device buffers, and writes nothing.

@@ -91,3 +91,10 @@ void for_each_variant(Body body) {
 // error), the LSE within 1e-5 or left untouched when null, nothing written past either end.
 // For a stage's own cases too (12_persistent's shapes that reach its persistent grid).
 void check_forward(const AttentionShape& shape, bool with_lse = true);
+
+#if defined(ATTENTION_HAS_BACKWARD)
+// deterministic = true: `runs` backward passes on fresh random inputs (common/test_backward.cpp),
+// the first within the tolerance of the FP64 reference, every later one the same bit for bit.
+// For a stage's own cases too (11_hopper_backward's order of the dQ chains).
+void check_deterministic(AttentionShape shape, int runs);
+#endif

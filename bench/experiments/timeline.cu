@@ -6,7 +6,7 @@
 // benchmark: the stamps cost a clock read and a store each.
 //   make -C bench/experiments timeline       (builds it for 08, 09, 10, 11 and 12)
 //   build/experiments/timeline_10_pingpong [B H Lq Lk D causal] > timeline.csv   (an H100)
-//   build/experiments/timeline_11_hopper_backward [B H Lq Lk D causal] > timeline_11.csv
+//   build/experiments/timeline_11_hopper_backward [B H Lq Lk D causal [deterministic]] > timeline_11.csv
 // Default shape: the BF16 headline, 1 8 4096 8192 128 0.
 #define ATTENTION_TIMELINE
 #include "attention.cu"  // the stage's, on the include path (ATTENTION_STAGE_NAME names it)
@@ -65,14 +65,15 @@ void write_stamps(const char* pass, const AttentionShape& shape) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    int v[6] = {1, 8, 4096, 8192, 128, 0};
-    if (argc == 7)
-        for (int i = 0; i < 6; ++i) v[i] = std::atoi(argv[i + 1]);
+    int v[7] = {1, 8, 4096, 8192, 128, 0, 0};
+    if (argc == 7 || argc == 8)
+        for (int i = 0; i < argc - 1; ++i) v[i] = std::atoi(argv[i + 1]);
     else if (argc != 1) {
-        std::fprintf(stderr, "usage: %s [B H Lq Lk D causal]\n", argv[0]);
+        std::fprintf(stderr, "usage: %s [B H Lq Lk D causal [deterministic]]\n", argv[0]);
         return 2;
     }
-    const AttentionShape shape = make_shape(v[0], v[1], v[2], v[3], v[4], v[5] != 0);
+    AttentionShape shape = make_shape(v[0], v[1], v[2], v[3], v[4], v[5] != 0);
+    shape.deterministic = v[6] != 0;
     DeviceBuffer<bf16> q(size_t(shape.q_elements())), k(size_t(shape.kv_elements())),
         value(size_t(shape.kv_elements())), o(size_t(shape.q_elements()));
     DeviceBuffer<float> lse(size_t(shape.lse_elements()));
