@@ -762,6 +762,17 @@ size_t split_bytes(const SplitPlan& plan) {
                                size_t(Config::HEAD_DIM + 1), sizeof(float)});
 }
 
+// The non-causal workspace of a shape: its split's parts. A shape of more than 2^31 - 1 work
+// tiles, which the launcher refuses, reports what a split of it could take at most (S - 1 work
+// tiles in parts of two K/V tiles), saturated: never less than a smaller shape's, never wrapped.
+template <class Config>
+size_t workspace_bytes(const AttentionShape& shape, int multiprocessors) {
+    const int64_t tiles = int64_t(ceil_div(shape.len_q, Config::BLOCK_Q)) * shape.batch * shape.heads;
+    if (tiles <= INT_MAX) return split_bytes<Config>(split_plan<Config>(shape, multiprocessors));
+    return saturating_product({size_t(multiprocessors - 1), size_t(ceil_div(shape.len_kv, Config::BLOCK_KV) / 2),
+                               size_t(Config::BLOCK_Q), size_t(Config::HEAD_DIM + 1), sizeof(float)});
+}
+
 // Heads per group of the grid, as in stage 06: all of them when their K and V fit in L2
 // together, else as many as fill half of it.
 int heads_per_l2_group(const AttentionShape& shape) {
@@ -885,8 +896,8 @@ size_t attention_workspace_bytes(const AttentionShape& shape) {
         (void)cudaGetLastError();  // clear the error: no device is no failure here
         multiprocessors = 132;
     }
-    return shape.head_dim == 64 ? split_bytes<Tiling64>(split_plan<Tiling64>(shape, multiprocessors))
-                                : split_bytes<Tiling128>(split_plan<Tiling128>(shape, multiprocessors));
+    return shape.head_dim == 64 ? workspace_bytes<Tiling64>(shape, multiprocessors)
+                                : workspace_bytes<Tiling128>(shape, multiprocessors);
 }
 
 void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
