@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
@@ -168,6 +169,9 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     constexpr int PV_STEPS = BLOCK_KV / 16;  // k-steps of O = P V (over the keys)
 
     constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
+    // The causal-only configuration never splits (its work tiles come from the counter): its
+    // items are whole tiles from kv_begin 0, known at compile time, so its code is stage 12's.
+    constexpr bool SPLITS = !std::is_same<Config, Tiling128Causal>::value;
     __shared__ WorkTile schedule[SCHEDULE_SLOTS];     // the block's work tiles, in order
     __shared__ uint64_t schedule_full[SCHEDULE_SLOTS];   // the slot holds the next work tile
     __shared__ uint64_t schedule_empty[SCHEDULE_SLOTS];  // every reader has read it
@@ -238,6 +242,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             work.kv_begin = __shfl_sync(FULL_MASK, work.kv_begin, 0);
             work.part = __shfl_sync(FULL_MASK, work.part, 0);
         }
+        if constexpr (!SPLITS) work.kv_begin = 0, work.part = WHOLE;
         return work;
     };
     // end excerpt
@@ -257,8 +262,10 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             for (int round = 0;; ++round) {
                 const int slot = round % SCHEDULE_SLOTS;
                 const WorkTile work = tile < total_tiles
-                                          ? work_item<Config>(tile, whole_tiles, parts, batch_heads, group_heads,
-                                                              q_tiles, len_kv, causal)
+                                          ? (SPLITS ? work_item<Config>(tile, whole_tiles, parts, batch_heads,
+                                                                        group_heads, q_tiles, len_kv, causal)
+                                                    : work_tile<Config>(tile, batch_heads, group_heads, q_tiles,
+                                                                        len_kv, causal))
                                           : WorkTile{0, 0, 0, 0, WHOLE};
                 mbarrier_wait(&schedule_empty[slot], uint32_t((round / SCHEDULE_SLOTS + 1) % 2));
                 schedule[slot] = work;

@@ -132,9 +132,10 @@ TEST_CASE("12: the split of the last round") {
 GPU_TEST_CASE("12: split last round: parts along K/V merged by log-sum-exp") {
     const int sms = multiprocessors();
     for (const int head_dim : {64, 128}) {
-        // One round of whole tiles, then 4 left over 1,000 keys (8 K/V tiles at D = 64, 6 at
-        // D = 128): cut in parts, the last one ending in a partial K/V tile; 150 query rows,
-        // so that some rows of every part are outside the tensor.
+        // Whole rounds, then 4 work tiles left at D = 64 (one query tile a head) and 8 at
+        // D = 128 (two), over 1,000 keys (8 K/V tiles at D = 64, 6 at D = 128): cut in parts,
+        // the last one ending in a partial K/V tile; 150 query rows, so that some rows of
+        // every part are outside the tensor.
         check_split(make_shape(1, sms + 4, 150, 1000, head_dim, false));
         // Fewer work tiles than SMs: all split (2 x 2 and 2 x 3 query tiles of 300 rows).
         check_split(make_shape(1, 2, 300, 1000, head_dim, false));
