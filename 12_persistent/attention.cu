@@ -125,15 +125,21 @@ __device__ __forceinline__ WorkTile work_tile(int tile, int batch_heads, int gro
 }
 // end excerpt
 
-// Work item `item` of the block's walk: the first `whole` are whole work tiles; after them each
-// of the last work tiles comes as `parts` parts, one after the other (item whole + j is part
-// j % parts of work tile whole + j / parts, workspace slot j). Whole items come first in every
-// block's walk (it takes b, b + gridDim.x, ...: increasing), which keeps the storer's
-// protocol as it was: see the storer.
+// Work item `item` of the block's walk (of `items`: past them, the end): the first `whole` are
+// whole work tiles; after them each of the last work tiles comes as `parts` parts, one after
+// the other (item whole + j is part j % parts of work tile whole + j / parts, workspace slot j).
+// Whole items come first in every block's walk (it takes b, b + gridDim.x, ...: increasing),
+// which keeps the storer's protocol as it was: see the storer.
+// The causal-only configuration never splits (its work tiles come from the counter): its items
+// are whole tiles from kv_begin 0, known at compile time, so its code is stage 12's on main.
 template <class Config>
-__device__ __forceinline__ WorkTile work_item(int item, int whole, int parts, int batch_heads, int group_heads,
-                                              int q_tiles, int len_kv, bool causal) {
-    if (item < whole) return work_tile<Config>(item, batch_heads, group_heads, q_tiles, len_kv, causal);
+constexpr bool splits = !std::is_same<Config, Tiling128Causal>::value;
+template <class Config>
+__device__ __forceinline__ WorkTile work_item(int item, int items, int whole, int parts, int batch_heads,
+                                              int group_heads, int q_tiles, int len_kv, bool causal) {
+    if (item >= items) return WorkTile{0, 0, 0, 0, WHOLE};  // no more work
+    if (!splits<Config> || item < whole)
+        return work_tile<Config>(item, batch_heads, group_heads, q_tiles, len_kv, causal);
     const int j = item - whole;
     WorkTile work = work_tile<Config>(whole + j / parts, batch_heads, group_heads, q_tiles, len_kv, false);
     const int part = j % parts, n = work.kv_tiles;
@@ -169,9 +175,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     constexpr int PV_STEPS = BLOCK_KV / 16;  // k-steps of O = P V (over the keys)
 
     constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
-    // The causal-only configuration never splits (its work tiles come from the counter): its
-    // items are whole tiles from kv_begin 0, known at compile time, so its code is stage 12's.
-    constexpr bool SPLITS = !std::is_same<Config, Tiling128Causal>::value;
+    constexpr bool SPLITS = splits<Config>;  // false: the causal-only kernel (work_item)
     __shared__ WorkTile schedule[SCHEDULE_SLOTS];     // the block's work tiles, in order
     __shared__ uint64_t schedule_full[SCHEDULE_SLOTS];   // the slot holds the next work tile
     __shared__ uint64_t schedule_empty[SCHEDULE_SLOTS];  // every reader has read it
@@ -255,35 +259,31 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             // warp. Each consumer's rows of Q are loaded with the work tile's first K, once that
             // consumer's last S = Q K^T of the work tile before is done. On the first pass
             // through a ring the stages are free: waiting on the parity of the phase before the
-            // first one returns at once. `load` counts every K/V tile the block has asked for.
+            // first one returns at once. `load` counts every K/V tile the block has asked for. A
+            // part of a split work tile loads from its kv_begin on; the loop counts K/V rows, not
+            // tiles: at D = 64 the loader has 32 registers, and a tile index beside kv_begin
+            // spilled one (as would gridDim.x, kept).
             TIMELINE_STAMP(TIMELINE_START, 0);
             // excerpt: loader
             int tile = int(blockIdx.x), load = 0;
             for (int round = 0;; ++round) {
                 const int slot = round % SCHEDULE_SLOTS;
-                const WorkTile work = tile < total_tiles
-                                          ? (SPLITS ? work_item<Config>(tile, whole_tiles, parts, batch_heads,
-                                                                        group_heads, q_tiles, len_kv, causal)
-                                                    : work_tile<Config>(tile, batch_heads, group_heads, q_tiles,
-                                                                        len_kv, causal))
-                                          : WorkTile{0, 0, 0, 0, WHOLE};
+                const WorkTile work = work_item<Config>(tile, total_tiles, whole_tiles, parts, batch_heads,
+                                                        group_heads, q_tiles, len_kv, causal);
                 mbarrier_wait(&schedule_empty[slot], uint32_t((round / SCHEDULE_SLOTS + 1) % 2));
                 schedule[slot] = work;
                 mbarrier_arrive(&schedule_full[slot]);
                 if (work.kv_tiles == 0) break;
-                // The item's K/V rows, kv_begin's tile on (a part starts inside the range); the
-                // loop counts rows, not tiles: at D = 64 the loader has 32 registers, and a tile
-                // index beside kv_begin spilled one.
-                const int kv_end = (work.kv_begin + work.kv_tiles) * BLOCK_KV;
+                const int end = (work.kv_begin + work.kv_tiles) * BLOCK_KV;  // (a part: inside the range)
                 bool first = true;
-                for (int kv_start = work.kv_begin * BLOCK_KV; kv_start < kv_end; kv_start += BLOCK_KV, ++load) {
+                for (int kv_row = work.kv_begin * BLOCK_KV; kv_row < end; kv_row += BLOCK_KV, ++load, first = false) {
                     const int stage = load % STAGES;
                     const uint32_t free_parity = (load / STAGES + 1) % 2;
                     mbarrier_wait(&k_empty[stage], free_parity);
                     mbarrier_arrive_expect_tx(&k_full[stage], Config::KV_BYTES);
                     for (int slab = 0; slab < SLABS; ++slab)
                         tma_load_3d(k_tiles + (stage * SLABS + slab) * BLOCK_KV * 64, &k_map, slab * 64,
-                                    kv_start, work.head, &k_full[stage]);
+                                    kv_row, work.head, &k_full[stage]);
                     if (first) {
                         for (int consumer = 0; consumer < CONSUMERS; ++consumer) {
                             mbarrier_wait(&q_empty[consumer], uint32_t((round + 1) % 2));
@@ -297,12 +297,10 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                     mbarrier_arrive_expect_tx(&v_full[stage], Config::KV_BYTES);
                     for (int slab = 0; slab < SLABS; ++slab)
                         tma_load_3d(v_tiles + (stage * SLABS + slab) * BLOCK_KV * 64, &v_map, slab * 64,
-                                    kv_start, work.head, &v_full[stage]);
-                    first = false;
+                                    kv_row, work.head, &v_full[stage]);
                     TIMELINE_STAMP(TIMELINE_LOADED, load);
                 }
                 // The next work tile (the ring keeps the consumers busy while the atomic returns).
-                // gridDim.x is read here, not kept: at D = 64 the loader has 32 registers.
                 unsigned blocks;
                 asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(blocks));
                 tile = int(blocks) + (tile_counter != nullptr ? atomicAdd(tile_counter, 1) : tile);
@@ -718,7 +716,8 @@ merge_parts_kernel(const float* __restrict__ split_o, const float* __restrict__ 
     const int split_tile = int(blockIdx.x);
     const int tile_row = int(blockIdx.y) * (128 / ROW_THREADS) + int(threadIdx.x) / ROW_THREADS;
     const int column = int(threadIdx.x) % ROW_THREADS * 4;
-    const WorkTile work = work_tile<Config>(whole_tiles + split_tile, batch_heads, group_heads, q_tiles, len_kv, false);
+    const WorkTile work =
+        work_tile<Config>(whole_tiles + split_tile, batch_heads, group_heads, q_tiles, len_kv, false);
     const int row = work.q_start + tile_row;
     if (tile_row >= BLOCK_Q || row >= len_q) return;
     const int64_t first = int64_t(split_tile) * parts;
@@ -728,7 +727,8 @@ merge_parts_kernel(const float* __restrict__ split_o, const float* __restrict__ 
     float4 merged = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int p = 0; p < parts; ++p) {
         const float weight = expf(split_lse[(first + p) * BLOCK_Q + tile_row] - max_lse);
-        const float4 part = *reinterpret_cast<const float4*>(split_o + ((first + p) * BLOCK_Q + tile_row) * HEAD_DIM + column);
+        const float* part_row = split_o + ((first + p) * BLOCK_Q + tile_row) * HEAD_DIM;
+        const float4 part = *reinterpret_cast<const float4*>(part_row + column);
         sum += weight;
         merged.x += weight * part.x;
         merged.y += weight * part.y;
@@ -856,8 +856,8 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     if (counted) CUDA_CHECK(cudaMemsetAsync(workspace.as<int>(), 0, sizeof(int), stream));
     // end excerpt
     float* split_o = plan.split() ? workspace.as<float>() : nullptr;
-    float* split_lse = plan.split() ? split_o + size_t(plan.split_tiles) * plan.parts * Config::BLOCK_Q * Config::HEAD_DIM
-                                    : nullptr;
+    const size_t split_o_floats = size_t(plan.split_tiles) * plan.parts * Config::BLOCK_Q * Config::HEAD_DIM;
+    float* split_lse = plan.split() ? split_o + split_o_floats : nullptr;
     const int group_heads = heads_per_l2_group(shape);
     const CUtensorMap q_map = make_tensor_map(q, batch_heads, shape.len_q, Config::HEAD_DIM, 64);
     const CUtensorMap k_map = make_tensor_map(k, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
@@ -874,9 +874,9 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     if (plan.split()) {
         constexpr int ROWS_PER_BLOCK = 128 / (Config::HEAD_DIM / 4);
         const dim3 merge_grid(unsigned(plan.split_tiles), unsigned(ceil_div(Config::BLOCK_Q, ROWS_PER_BLOCK)));
-        merge_parts_kernel<Config><<<merge_grid, 128, 0, stream>>>(split_o, split_lse, o, lse, batch_heads, group_heads,
-                                                                   shape.len_q, shape.len_kv, q_tiles, plan.whole,
-                                                                   plan.parts);
+        merge_parts_kernel<Config><<<merge_grid, 128, 0, stream>>>(
+            split_o, split_lse, o, lse, batch_heads, group_heads, shape.len_q, shape.len_kv, q_tiles, plan.whole,
+            plan.parts);
         CUDA_CHECK_LAUNCH();
     }
 }
