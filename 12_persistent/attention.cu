@@ -143,8 +143,8 @@ __device__ __forceinline__ WorkTile work_item(int item, int items, int whole, in
     const int j = item - whole;
     WorkTile work = work_tile<Config>(whole + j / parts, batch_heads, group_heads, q_tiles, len_kv, false);
     const int part = j % parts, n = work.kv_tiles;
-    work.kv_begin = part * n / parts;
-    work.kv_tiles = (part + 1) * n / parts - work.kv_begin;
+    work.kv_begin = part_begin(part, parts, n);
+    work.kv_tiles = part_begin(part + 1, parts, n) - work.kv_begin;
     work.part = j;
     return work;
 }

@@ -28,6 +28,18 @@ constexpr int last_round_kv_tiles(int r, int g, int sms, int n) {
     return (r * g + sms - 1) / sms * ((n + g - 1) / g + (g > 1 ? PART_COST_KV_TILES : 0));
 }
 
+#ifdef __CUDACC__
+#define SPLIT_PLAN_HOST_DEVICE __host__ __device__
+#else
+#define SPLIT_PLAN_HOST_DEVICE
+#endif
+// The first K/V tile of part p of g of a work tile's n (the kernel's work_item and the host
+// tests): the parts cover 0 .. n - 1 in order, the first n mod g of them one K/V tile longer
+// than floor(n / g) (in int: p floor(n / g) <= n).
+SPLIT_PLAN_HOST_DEVICE constexpr int part_begin(int p, int g, int n) {
+    return p * (n / g) + (p < n % g ? p : n % g);
+}
+
 // T work tiles of n K/V tiles each on S SMs: the g from 1 to n / 2 (every part at least two
 // K/V tiles) that makes the last round shortest, its cost included; g = 1 unless that beats a
 // whole tile by the margin.

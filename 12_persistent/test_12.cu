@@ -124,6 +124,11 @@ TEST_CASE("12: the split of the last round") {
             CHECK(plan.whole % 132 == 0);
             CHECK(plan.split_tiles == (tiles >= 132 ? tiles % 132 : tiles));
             CHECK(n / plan.parts >= 2);
+            // The parts' K/V ranges (the kernel's part_begin) tile 0 .. n - 1 in order.
+            CHECK(part_begin(0, plan.parts, n) == 0);
+            CHECK(part_begin(plan.parts, plan.parts, n) == n);
+            for (int p = 0; p < plan.parts; ++p)
+                CHECK(part_begin(p + 1, plan.parts, n) - part_begin(p, plan.parts, n) >= 2);
             CHECK((last_round_kv_tiles(plan.split_tiles, plan.parts, 132, n) + SPLIT_COST_KV_TILES) * 100 <=
                   (100 - SPLIT_MARGIN_PERCENT) * n);
         }
