@@ -5,6 +5,8 @@
 // kernel merges by the log-sum-exp rule. Pure arithmetic, on the host and in the host tests.
 #pragma once
 
+#include <cstdint>
+
 struct SplitPlan {
     int whole;        // F: the first work tiles, kept whole (a multiple of S)
     int split_tiles;  // r: the last work tiles, each cut into `parts`
@@ -19,8 +21,11 @@ constexpr int SPLIT_COST_KV_TILES = 2;
 // What each part costs beyond its K/V tiles, in K/V tiles: its Q loaded again, its O written
 // in FP32 (at D = 64 a work tile's O is 48 KiB), the start of the next part's S = Q K^T.
 constexpr int PART_COST_KV_TILES = 1;
-// A split must shorten the last round by a tenth of a whole tile at least.
+// A split must shorten the last round by a tenth of a whole tile at least,
 constexpr int SPLIT_MARGIN_PERCENT = 10;
+// and the whole call by 1% (in thousandths): a long call whose last round is a sliver of its
+// time keeps its tiles whole, and needs no workspace and no second launch.
+constexpr int SPLIT_MIN_GAIN_PERMILLE = 10;
 
 // The last round's time, in K/V tiles: r * g parts taken round-robin by S SMs, the longest part
 // ceil(n / g) K/V tiles (the parts' sizes differ by one at most), each part its own cost more.
@@ -42,7 +47,7 @@ SPLIT_PLAN_HOST_DEVICE constexpr int part_begin(int p, int g, int n) {
 
 // T work tiles of n K/V tiles each on S SMs: the g from 1 to n / 2 (every part at least two
 // K/V tiles) that makes the last round shortest, its cost included; g = 1 unless that beats a
-// whole tile by the margin.
+// whole tile by the margin and the call (ceil(T / S) rounds of n) by the minimum gain.
 constexpr SplitPlan plan_split(int tiles, int sms, int kv_tiles) {
     const int r = tiles >= sms ? tiles % sms : tiles;
     if (r == 0 || sms <= 0) return SplitPlan{tiles, 0, 1};
@@ -51,7 +56,9 @@ constexpr SplitPlan plan_split(int tiles, int sms, int kv_tiles) {
         const int time = last_round_kv_tiles(r, g, sms, kv_tiles) + SPLIT_COST_KV_TILES;
         if (time < best_time) best_time = time, best_parts = g;
     }
-    if (best_parts == 1 || best_time * 100 > (100 - SPLIT_MARGIN_PERCENT) * kv_tiles)
+    const int64_t rounds = (int64_t(tiles) + sms - 1) / sms;
+    if (best_parts == 1 || best_time * 100 > (100 - SPLIT_MARGIN_PERCENT) * kv_tiles ||
+        int64_t(kv_tiles - best_time) * 1000 < SPLIT_MIN_GAIN_PERMILLE * rounds * kv_tiles)
         return SplitPlan{tiles, 0, 1};
     return SplitPlan{tiles - r, r, best_parts};
 }

@@ -34,7 +34,8 @@ def split_constants():
     """The cost model's constants as split_plan.h defines them."""
     text = open(SPLIT_PLAN).read()
     return {name: int(re.search(rf"constexpr int {name} = (\d+);", text).group(1))
-            for name in ("SPLIT_COST_KV_TILES", "PART_COST_KV_TILES", "SPLIT_MARGIN_PERCENT")}
+            for name in ("SPLIT_COST_KV_TILES", "PART_COST_KV_TILES", "SPLIT_MARGIN_PERCENT",
+                         "SPLIT_MIN_GAIN_PERMILLE")}
 
 
 def last_round_kv_tiles(r, g, sms, n, c):
@@ -51,7 +52,9 @@ def plan_split(tiles, sms, n, c):
         time = last_round_kv_tiles(r, g, sms, n, c) + c["SPLIT_COST_KV_TILES"]
         if time < best_time:
             best_parts, best_time = g, time
-    if best_parts == 1 or best_time * 100 > (100 - c["SPLIT_MARGIN_PERCENT"]) * n:
+    rounds = math.ceil(tiles / sms)
+    if (best_parts == 1 or best_time * 100 > (100 - c["SPLIT_MARGIN_PERCENT"]) * n
+            or (n - best_time) * 1000 < c["SPLIT_MIN_GAIN_PERMILLE"] * rounds * n):
         return tiles, 0, 1
     return tiles - r, r, best_parts
 
