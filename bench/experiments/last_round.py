@@ -90,10 +90,7 @@ def main():
 
 def split_table(arguments):
     c = split_constants()
-    medians = {}
-    for (implementation, dtype, shape, pass_name), row in read_results(arguments.run).items():
-        if dtype == "bf16" and pass_name == "fwd" and row["status"] == "ok":
-            medians.setdefault(shape, {})[implementation] = float(row["median_ms"])
+    medians = medians_by_shape(arguments.run)
     print(f"# {arguments.run}: non-causal shapes, {arguments.sms} SMs; split plan of 12_persistent/split_plan.h "
           f"({', '.join(f'{k} {v}' for k, v in c.items())}); times in K/V tiles per SM, a model")
     print(f"# ratio = {arguments.baseline} time over {arguments.stage}'s; 'predicted' = measured x before / after")
