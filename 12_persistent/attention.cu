@@ -130,10 +130,12 @@ __device__ __forceinline__ WorkTile work_tile(int tile, int batch_heads, int gro
 // the other (item whole + j is part j % parts of work tile whole + j / parts, workspace slot j).
 // Whole items come first in every block's walk (it takes b, b + gridDim.x, ...: increasing),
 // which keeps the storer's protocol as it was: see the storer.
-// The causal-only configuration never splits (its work tiles come from the counter): its items
-// are whole tiles from kv_begin 0, known at compile time, so its code is stage 12's on main.
+// Only the D = 64 configuration splits (its exponentials bound it, and its last round is the
+// longest share of the call; at D = 128 the split measured no gain and its code cost 1-2%,
+// lab notes 12). The others' items are whole tiles from kv_begin 0, known at compile time, so
+// their code is stage 12's without the split.
 template <class Config>
-constexpr bool splits = !std::is_same<Config, Tiling128Causal>::value;
+constexpr bool splits = Config::HEAD_DIM == 64;
 template <class Config>
 __device__ __forceinline__ WorkTile work_item(int item, int items, int whole, int parts, int batch_heads,
                                               int group_heads, int q_tiles, int len_kv, bool causal) {
@@ -758,7 +760,7 @@ int multiprocessor_count() {
 template <class Config>
 SplitPlan split_plan(const AttentionShape& shape, int multiprocessors) {
     const int64_t tiles = int64_t(ceil_div(shape.len_q, Config::BLOCK_Q)) * shape.batch * shape.heads;
-    if (shape.causal || tiles > INT_MAX) return SplitPlan{int(std::min<int64_t>(tiles, INT_MAX)), 0, 1};
+    if (!splits<Config> || shape.causal || tiles > INT_MAX) return SplitPlan{int(std::min<int64_t>(tiles, INT_MAX)), 0, 1};
     return plan_split(int(tiles), multiprocessors, ceil_div(shape.len_kv, Config::BLOCK_KV));
 }
 // The parts' workspace: O [part][BLOCK_Q][HEAD_DIM] then LSE [part][BLOCK_Q], FP32.

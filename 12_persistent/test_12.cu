@@ -24,11 +24,11 @@ int64_t work_tiles(const AttentionShape& shape) {
     return int64_t(shape.batch) * shape.heads * ((shape.len_q + block_q - 1) / block_q);
 }
 
-// The split of the shape's last round (split_plan.h), with the kernel's tiles: BLOCK_KV is 128 at
-// D = 64 and 176 at D = 128 (non-causal).
+// The split of the shape's last round (split_plan.h), with the kernel's tiles (BLOCK_KV 128):
+// D = 64 and non-causal only; anything else keeps its work tiles whole.
 SplitPlan split_of(const AttentionShape& shape, int sms) {
-    const int block_kv = shape.head_dim == 64 ? 128 : 176;
-    return plan_split(int(work_tiles(shape)), sms, (shape.len_kv + block_kv - 1) / block_kv);
+    if (shape.head_dim != 64 || shape.causal) return SplitPlan{int(work_tiles(shape)), 0, 1};
+    return plan_split(int(work_tiles(shape)), sms, (shape.len_kv + 127) / 128);
 }
 
 // The shared suite's check on a non-causal shape that must take the split path.
@@ -99,11 +99,11 @@ TEST_CASE("12: the split of the last round") {
     CHECK(few.whole == 0);
     CHECK(few.split_tiles == 64);
     CHECK(few.parts == 2);
-    // 1,024 tiles of 24 (1x32x4096^2, D = 128): the last round is 100 of 132, and no split
-    // beats a whole tile by the margin once its costs count.
+    // (The arithmetic alone: the kernel splits at D = 64 only.) 1,024 tiles of 24: the last
+    // round is 100 of 132, and no split beats a whole tile by the margin once its costs count.
     CHECK(plan_split(1024, 132, 24).parts == 1);
     CHECK(plan_split(1024, 132, 24).items() == 1024);
-    // 4,096 tiles of 94 (1x32x16384^2, D = 128): 4 tiles left, cut fine.
+    // 4,096 tiles of 94: 4 tiles left, cut fine.
     const SplitPlan long_tail = plan_split(4096, 132, 94);
     CHECK(long_tail.split_tiles == 4);
     CHECK(long_tail.parts > 16);
@@ -142,30 +142,28 @@ TEST_CASE("12: the split of the last round") {
 
 GPU_TEST_CASE("12: split last round: parts along K/V merged by log-sum-exp") {
     const int sms = multiprocessors();
-    for (const int head_dim : {64, 128}) {
-        // Whole rounds, then 4 work tiles left at D = 64 (one query tile a head) and 8 at
-        // D = 128 (two), over 1,000 keys (8 K/V tiles at D = 64, 6 at D = 128): cut in parts,
-        // the last one ending in a partial K/V tile; 150 query rows, so that some rows of
-        // every part are outside the tensor.
-        check_split(make_shape(1, sms + 4, 150, 1000, head_dim, false));
-        // Fewer work tiles than SMs: all split (2 x 2 and 2 x 3 query tiles of 300 rows).
-        check_split(make_shape(1, 2, 300, 1000, head_dim, false));
-        check_split(make_shape(1, 2, 300, 1000, head_dim, false), /*with_lse=*/false);
-        // len_q != len_kv the other way, a tail of one key in the last K/V tile.
-        check_split(make_shape(2, 3, 77, 1409, head_dim, false));
+    // D = 64. Whole rounds, then 4 work tiles left (one query tile a head) over 1,000 keys (8
+    // K/V tiles): cut in parts, the last one ending in a partial K/V tile; 150 query rows, so
+    // that some rows of every part are outside the tensor.
+    check_split(make_shape(1, sms + 4, 150, 1000, 64, false));
+    // Fewer work tiles than SMs: all split (2 x 2 query tiles of 300 rows).
+    check_split(make_shape(1, 2, 300, 1000, 64, false));
+    check_split(make_shape(1, 2, 300, 1000, 64, false), /*with_lse=*/false);
+    // len_q != len_kv the other way, a tail of one key in the last K/V tile.
+    check_split(make_shape(2, 3, 77, 1409, 64, false));
+    // D = 128 keeps its work tiles whole on the same shapes: no workspace, the same results.
+    for (const AttentionShape& shape : {make_shape(1, sms + 4, 150, 1000, 128, false), make_shape(2, 3, 77, 1409, 128, false)}) {
+        CHECK(attention_workspace_bytes(shape) == 0);
+        check_forward(shape);
     }
 }
 
 GPU_TEST_CASE("12: workspace: what the forward allocates for the split") {
     const int sms = multiprocessors();
-    for (const int head_dim : {64, 128}) {
-        const AttentionShape shape = make_shape(1, sms + 4, 150, 1000, head_dim, false);
-        const SplitPlan plan = split_of(shape, sms);
-        REQUIRE(plan.split());
-        const size_t block_q = head_dim == 64 ? 192 : 128;
-        CHECK(attention_workspace_bytes(shape) ==
-              size_t(plan.split_tiles) * plan.parts * block_q * (head_dim + 1) * sizeof(float));
-    }
+    const AttentionShape shape = make_shape(1, sms + 4, 150, 1000, 64, false);
+    const SplitPlan plan = split_of(shape, sms);
+    REQUIRE(plan.split());
+    CHECK(attention_workspace_bytes(shape) == size_t(plan.split_tiles) * plan.parts * 192 * (64 + 1) * sizeof(float));
 }
 
 // Run by `make sanitize` too: every block passes from one work tile to the next at least once.
@@ -180,8 +178,6 @@ GPU_TEST_CASE("sanitize: persistent work tiles") {
 // one block passing from a whole tile to parts (sms + 1 work tiles).
 GPU_TEST_CASE("sanitize: split last round") {
     const int sms = multiprocessors();
-    for (const int head_dim : {64, 128}) {
-        check_split(make_shape(1, 2, 300, 1000, head_dim, false));
-        check_split(make_shape(1, sms + 1, 64, 1000, head_dim, false), /*with_lse=*/false);
-    }
+    check_split(make_shape(1, 2, 300, 1000, 64, false));
+    check_split(make_shape(1, sms + 1, 64, 1000, 64, false), /*with_lse=*/false);
 }
