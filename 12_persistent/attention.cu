@@ -125,6 +125,7 @@ __device__ __forceinline__ WorkTile work_tile(int tile, int batch_heads, int gro
 }
 // end excerpt
 
+// excerpt: work-item
 // Work item `item` of the block's walk (of `items`: past them, the end): the first `whole` are
 // whole work tiles; after them each of the last work tiles comes as `parts` parts, one after
 // the other (item whole + j is part j % parts of work tile whole + j / parts, workspace slot j).
@@ -133,7 +134,8 @@ __device__ __forceinline__ WorkTile work_tile(int tile, int batch_heads, int gro
 // Only the D = 64 configuration splits (its exponentials bound it, and its last round is the
 // longest share of the call; at D = 128 the split measured no gain and its code cost 1-2%,
 // lab notes 12). The others' items are whole tiles from kv_begin 0, known at compile time, so
-// their code is stage 12's without the split.
+// their consumers and storer compile to stage 12's code without the split (the loader still
+// writes kv_begin and part into the schedule slot).
 template <class Config>
 constexpr bool splits = Config::HEAD_DIM == 64;
 template <class Config>
@@ -150,6 +152,7 @@ __device__ __forceinline__ WorkTile work_item(int item, int items, int whole, in
     work.part = j;
     return work;
 }
+// end excerpt
 
 // A persistent grid: one block per SM walks work tiles. The producer warp picks them (block b
 // starts with tile b; then, with `tile_counter`, the next one not taken by any block, else
@@ -177,7 +180,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     constexpr int PV_STEPS = BLOCK_KV / 16;  // k-steps of O = P V (over the keys)
 
     constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
-    constexpr bool SPLITS = splits<Config>;  // false: the causal-only kernel (work_item)
+    constexpr bool SPLITS = splits<Config>;  // false at D = 128: every item whole (work_item)
     __shared__ WorkTile schedule[SCHEDULE_SLOTS];     // the block's work tiles, in order
     __shared__ uint64_t schedule_full[SCHEDULE_SLOTS];   // the slot holds the next work tile
     __shared__ uint64_t schedule_empty[SCHEDULE_SLOTS];  // every reader has read it
@@ -708,6 +711,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
 // partial softmaxes, over `parts` of them): for every row, LSE = log sum_p exp(LSE_p) and
 // O = sum_p exp(LSE_p - LSE) O_p, where O_p is part p's O normalized by its own l. Block
 // (split tile, row group): 128 threads, four columns each, HEAD_DIM / 4 threads a row.
+// excerpt: merge
 template <class Config>
 __global__ void __launch_bounds__(128)
 merge_parts_kernel(const float* __restrict__ split_o, const float* __restrict__ split_lse,
@@ -746,6 +750,7 @@ merge_parts_kernel(const float* __restrict__ split_o, const float* __restrict__ 
     *reinterpret_cast<uint2*>(o + (int64_t(work.head) * len_q + row) * HEAD_DIM + column) = packed;
     if (lse != nullptr && column == 0) lse[int64_t(work.head) * len_q + row] = max_lse + logf(sum);
 }
+// end excerpt
 
 // The SMs of the current device: the persistent grid's size and the split plan's S.
 int multiprocessor_count() {

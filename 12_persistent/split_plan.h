@@ -15,6 +15,7 @@ struct SplitPlan {
     constexpr bool split() const { return parts > 1; }
 };
 
+// excerpt: split-cost
 // What a split costs beyond its parts, in K/V tiles of work (D = 64, about 1.9 us each): the
 // parts' O written in FP32 and read back, the merge kernel's launch and its run. Measured on
 // the H100: with 2, a split of 4x8x1024^2 (n = 8) lost 2.3% where the model promised 6.7%.
@@ -33,6 +34,7 @@ constexpr int SPLIT_MIN_GAIN_PERMILLE = 10;
 constexpr int last_round_kv_tiles(int r, int g, int sms, int n) {
     return (r * g + sms - 1) / sms * ((n + g - 1) / g + (g > 1 ? PART_COST_KV_TILES : 0));
 }
+// end excerpt
 
 #ifdef __CUDACC__
 #define SPLIT_PLAN_HOST_DEVICE __host__ __device__
@@ -46,6 +48,7 @@ SPLIT_PLAN_HOST_DEVICE constexpr int part_begin(int p, int g, int n) {
     return p * (n / g) + (p < n % g ? p : n % g);
 }
 
+// excerpt: plan-split
 // T work tiles of n K/V tiles each on S SMs: the g from 1 to n / 2 (every part at least two
 // K/V tiles) that makes the last round shortest, its cost included; g = 1 unless that beats a
 // whole tile by the margin and the call (ceil(T / S) rounds of n) by the minimum gain.
@@ -63,3 +66,4 @@ constexpr SplitPlan plan_split(int tiles, int sms, int kv_tiles) {
         return SplitPlan{tiles, 0, 1};
     return SplitPlan{tiles - r, r, best_parts};
 }
+// end excerpt

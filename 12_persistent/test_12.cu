@@ -87,6 +87,7 @@ TEST_CASE("12: workspace: the causal tile counter, or the split work tiles' part
 }
 
 TEST_CASE("12: the split of the last round") {
+    // excerpt: split-example
     // 4x8x4096^2 at D = 64: 704 work tiles of 32 K/V tiles on 132 SMs; 5 full rounds, then 44
     // tiles cut in 3: 132 parts of 10-11 K/V tiles, one round of them.
     const SplitPlan headline = plan_split(704, 132, 32);
@@ -94,6 +95,7 @@ TEST_CASE("12: the split of the last round") {
     CHECK(headline.split_tiles == 44);
     CHECK(headline.parts == 3);
     CHECK(headline.items() == 660 + 132);
+    // end excerpt
     // Fewer tiles than SMs: all of them split, in halves (128 parts on 132 SMs).
     const SplitPlan few = plan_split(64, 132, 32);
     CHECK(few.whole == 0);
