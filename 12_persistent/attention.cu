@@ -15,12 +15,14 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include "attention.h"
 #include "cuda_check.h"
 #include "hopper.cuh"
+#include "split_plan.h"
 #include "ptx.cuh"
 #include "timeline.cuh"
 #include "validate.h"
@@ -96,8 +98,12 @@ __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / 
 // excerpt: work-tile
 // A work tile: BLOCK_Q query rows of one (batch, head), and how many K/V tiles it reads.
 // kv_tiles == 0 says that the block has no more work.
+// Non-causal, the last round's work tiles may be split along K/V (split_plan.h): a part reads
+// kv_tiles K/V tiles from kv_begin on, and `part` numbers its slot in the workspace of partial
+// O and LSE; a whole tile has kv_begin 0 and part WHOLE.
+constexpr int WHOLE = -1;
 struct WorkTile {
-    int head, q_start, kv_tiles;
+    int head, q_start, kv_tiles, kv_begin, part;
 };
 
 // Work tile number `tile` in stage 06's grid order: heads in L2-sized groups, the longest causal
@@ -112,9 +118,38 @@ __device__ __forceinline__ WorkTile work_tile(int tile, int batch_heads, int gro
     const int rank = tile - group * group_tiles;
     const int q_block = q_tiles - 1 - rank / heads_in_group;
     WorkTile work{first_head + rank % heads_in_group, q_block * Config::BLOCK_Q,
-                  ceil_div(len_kv, Config::BLOCK_KV)};
+                  ceil_div(len_kv, Config::BLOCK_KV), 0, WHOLE};
     // Causal: keys past the tile's last row are masked for every row of it, skip their tiles.
     if (causal) work.kv_tiles = min(work.kv_tiles, ceil_div(work.q_start + Config::BLOCK_Q, Config::BLOCK_KV));
+    return work;
+}
+// end excerpt
+
+// excerpt: work-item
+// Work item `item` of the block's walk (of `items`: past them, the end): the first `whole` are
+// whole work tiles; after them each of the last work tiles comes as `parts` parts, one after
+// the other (item whole + j is part j % parts of work tile whole + j / parts, workspace slot j).
+// Whole items come first in every block's walk (it takes b, b + gridDim.x, ...: increasing),
+// which keeps the storer's protocol as it was: see the storer.
+// Only the D = 64 configuration splits (its exponentials bound it, and its last round is the
+// longest share of the call; at D = 128 the split measured no gain and its code cost 1-2%,
+// lab notes 12). The others' items are whole tiles from kv_begin 0, known at compile time, so
+// their consumers and storer compile to stage 12's code without the split (the loader still
+// writes kv_begin and part into the schedule slot).
+template <class Config>
+constexpr bool splits = Config::HEAD_DIM == 64;
+template <class Config>
+__device__ __forceinline__ WorkTile work_item(int item, int items, int whole, int parts, int batch_heads,
+                                              int group_heads, int q_tiles, int len_kv, bool causal) {
+    if (item >= items) return WorkTile{0, 0, 0, 0, WHOLE};  // no more work
+    if (!splits<Config> || item < whole)
+        return work_tile<Config>(item, batch_heads, group_heads, q_tiles, len_kv, causal);
+    const int j = item - whole;
+    WorkTile work = work_tile<Config>(whole + j / parts, batch_heads, group_heads, q_tiles, len_kv, false);
+    const int part = j % parts, n = work.kv_tiles;
+    work.kv_begin = part_begin(part, parts, n);
+    work.kv_tiles = part_begin(part + 1, parts, n) - work.kv_begin;
+    work.part = j;
     return work;
 }
 // end excerpt
@@ -134,9 +169,10 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                                  const __grid_constant__ CUtensorMap k_map,
                                  const __grid_constant__ CUtensorMap v_map,
                                  const __grid_constant__ CUtensorMap o_map, float* __restrict__ lse,
-                                 int* __restrict__ tile_counter, int batch_heads, int group_heads,
-                                 int len_q, int len_kv, int q_tiles, int total_tiles, float scale,
-                                 bool causal) {
+                                 int* __restrict__ tile_counter, float* __restrict__ split_o,
+                                 float* __restrict__ split_lse, int batch_heads, int group_heads,
+                                 int len_q, int len_kv, int q_tiles, int total_tiles, int whole_tiles,
+                                 int parts, float scale, bool causal) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, CONSUMERS = Config::CONSUMERS;
     constexpr int BLOCK_KV = Config::BLOCK_KV, STAGES = Config::STAGES, SLABS = Config::SLABS;
     constexpr int O_BUFFERS = Config::O_BUFFERS;
@@ -144,6 +180,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     constexpr int PV_STEPS = BLOCK_KV / 16;  // k-steps of O = P V (over the keys)
 
     constexpr int CONSUMER_WARPS = 4 * CONSUMERS;
+    constexpr bool SPLITS = splits<Config>;  // false at D = 128: every item whole (work_item)
     __shared__ WorkTile schedule[SCHEDULE_SLOTS];     // the block's work tiles, in order
     __shared__ uint64_t schedule_full[SCHEDULE_SLOTS];   // the slot holds the next work tile
     __shared__ uint64_t schedule_empty[SCHEDULE_SLOTS];  // every reader has read it
@@ -202,7 +239,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     auto next_work = [&](int round, bool single = false) {
         const int slot = round % SCHEDULE_SLOTS;
         mbarrier_wait(&schedule_full[slot], uint32_t(round / SCHEDULE_SLOTS % 2));
-        WorkTile work{0, 0, 0};
+        WorkTile work{0, 0, 0, 0, WHOLE};
         if (single || lane == 0) {
             work = schedule[slot];
             mbarrier_arrive(&schedule_empty[slot]);
@@ -211,7 +248,10 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             work.head = __shfl_sync(FULL_MASK, work.head, 0);
             work.q_start = __shfl_sync(FULL_MASK, work.q_start, 0);
             work.kv_tiles = __shfl_sync(FULL_MASK, work.kv_tiles, 0);
+            work.kv_begin = __shfl_sync(FULL_MASK, work.kv_begin, 0);
+            work.part = __shfl_sync(FULL_MASK, work.part, 0);
         }
+        if constexpr (!SPLITS) work.kv_begin = 0, work.part = WHOLE;
         return work;
     };
     // end excerpt
@@ -224,28 +264,32 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             // warp. Each consumer's rows of Q are loaded with the work tile's first K, once that
             // consumer's last S = Q K^T of the work tile before is done. On the first pass
             // through a ring the stages are free: waiting on the parity of the phase before the
-            // first one returns at once. `load` counts every K/V tile the block has asked for.
+            // first one returns at once. `load` counts every K/V tile the block has asked for. A
+            // part of a split work tile loads from its kv_begin on; the loop counts K/V rows, not
+            // tiles: at D = 64 the loader has 32 registers, and a tile index beside kv_begin
+            // spilled one (as would gridDim.x, kept).
             TIMELINE_STAMP(TIMELINE_START, 0);
             // excerpt: loader
             int tile = int(blockIdx.x), load = 0;
             for (int round = 0;; ++round) {
                 const int slot = round % SCHEDULE_SLOTS;
-                const WorkTile work = tile < total_tiles
-                                          ? work_tile<Config>(tile, batch_heads, group_heads, q_tiles, len_kv, causal)
-                                          : WorkTile{0, 0, 0};
+                const WorkTile work = work_item<Config>(tile, total_tiles, whole_tiles, parts, batch_heads,
+                                                        group_heads, q_tiles, len_kv, causal);
                 mbarrier_wait(&schedule_empty[slot], uint32_t((round / SCHEDULE_SLOTS + 1) % 2));
                 schedule[slot] = work;
                 mbarrier_arrive(&schedule_full[slot]);
                 if (work.kv_tiles == 0) break;
-                for (int kv_tile = 0; kv_tile < work.kv_tiles; ++kv_tile, ++load) {
+                const int end = (work.kv_begin + work.kv_tiles) * BLOCK_KV;  // (a part: inside the range)
+                bool first = true;
+                for (int kv_row = work.kv_begin * BLOCK_KV; kv_row < end; kv_row += BLOCK_KV, ++load, first = false) {
                     const int stage = load % STAGES;
                     const uint32_t free_parity = (load / STAGES + 1) % 2;
                     mbarrier_wait(&k_empty[stage], free_parity);
                     mbarrier_arrive_expect_tx(&k_full[stage], Config::KV_BYTES);
                     for (int slab = 0; slab < SLABS; ++slab)
                         tma_load_3d(k_tiles + (stage * SLABS + slab) * BLOCK_KV * 64, &k_map, slab * 64,
-                                    kv_tile * BLOCK_KV, work.head, &k_full[stage]);
-                    if (kv_tile == 0) {
+                                    kv_row, work.head, &k_full[stage]);
+                    if (first) {
                         for (int consumer = 0; consumer < CONSUMERS; ++consumer) {
                             mbarrier_wait(&q_empty[consumer], uint32_t((round + 1) % 2));
                             mbarrier_arrive_expect_tx(&q_full[consumer], Config::Q_ROWS_BYTES);
@@ -258,11 +302,10 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                     mbarrier_arrive_expect_tx(&v_full[stage], Config::KV_BYTES);
                     for (int slab = 0; slab < SLABS; ++slab)
                         tma_load_3d(v_tiles + (stage * SLABS + slab) * BLOCK_KV * 64, &v_map, slab * 64,
-                                    kv_tile * BLOCK_KV, work.head, &v_full[stage]);
+                                    kv_row, work.head, &v_full[stage]);
                     TIMELINE_STAMP(TIMELINE_LOADED, load);
                 }
                 // The next work tile (the ring keeps the consumers busy while the atomic returns).
-                // gridDim.x is read here, not kept: at D = 64 the loader has 32 registers.
                 unsigned blocks;
                 asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(blocks));
                 tile = int(blocks) + (tile_counter != nullptr ? atomicAdd(tile_counter, 1) : tile);
@@ -275,9 +318,15 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             // consumer has staged its O, stores the buffer with TMA (which writes only the rows
             // inside the tensor), and once the copy has read it, frees the buffer for the
             // consumer that uses it next.
+            // A part of a split work tile leaves through the workspace, not through here: the
+            // storer reads its slot and moves on. The o_full / o_empty phases count rounds on both
+            // sides, which stays right because parts come only after every whole work tile of
+            // the block (work_item): the rounds that stage O are the block's first ones, and no
+            // phase is counted after the first part.
             for (int round = 0;; ++round) {
                 const WorkTile work = next_work(round, true);
                 if (work.kv_tiles == 0) break;
+                if (work.part != WHOLE) continue;
                 for (int consumer = 0; consumer < CONSUMERS; ++consumer) {
                     const int buffer = consumer % O_BUFFERS;
                     const int use = round * (CONSUMERS / O_BUFFERS) + consumer / O_BUFFERS;
@@ -314,8 +363,10 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         return uint32_t((step / 4) * rows * SLAB_ROW_BYTES + (step % 4) * 32);
     };
 
-    // The work tile at hand: its head and rows, and how many K/V tiles it reads.
-    int head = 0, q_start = 0, kv_tiles = 0;
+    // The work tile at hand: its head and rows, how many K/V tiles it reads from which one on,
+    // its workspace slot if it is a part (else WHOLE); and the slot of the work item whose O is
+    // being finished (the one before, at its first K/V tile).
+    int head = 0, q_start = 0, kv_tiles = 0, kv_begin = 0, part = WHOLE, finished_part = WHOLE;
     // Does a tile hold scores to hide: past len_kv, or above the diagonal?
     auto needs_mask = [&](int kv_start) {
         return !(kv_start + BLOCK_KV <= len_kv && !(causal && kv_start + BLOCK_KV - 1 > q_start + warpgroup_row));
@@ -456,11 +507,32 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             sum += __shfl_xor_sync(FULL_MASK, sum, 1);
             sum += __shfl_xor_sync(FULL_MASK, sum, 2);
             inverse_sum[r] = 1.0f / sum;
-            const int row = q_start + warpgroup_row + warp * 16 + fragment_row + r * 8;
-            if (lse != nullptr && lane % 4 == 0 && row < len_q)
+            const int tile_row = warpgroup_row + warp * 16 + fragment_row + r * 8;
+            const int row = q_start + tile_row;
+            if (part != WHOLE) {  // a part's LSE goes to its slot, every row of the tile
+                if (lane % 4 == 0) split_lse[int64_t(part) * BLOCK_Q + tile_row] = m[r] * scale + logf(sum);
+            } else if (lse != nullptr && lane % 4 == 0 && row < len_q) {
                 lse[int64_t(head) * len_q + row] = m[r] * scale + logf(sum);
+            }
         }
     };
+    // A part's O, normalized by its own l, in FP32 from registers to its workspace slot
+    // [part][BLOCK_Q][HEAD_DIM]: the merge kernel weighs the parts by their LSE. Every row of the
+    // tile is written (rows past len_q hold finite values: TMA filled their Q with zeros) and
+    // the merge reads those inside the tensor only. Nothing goes to the storer.
+    auto store_part = [&](const float (&inverse_sum)[2], int slot) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int tile_row = warpgroup_row + warp * 16 + fragment_row + r * 8;
+            float* o_row = split_o + (int64_t(slot) * BLOCK_Q + tile_row) * HEAD_DIM + fragment_column;
+#pragma unroll
+            for (int d = 0; d < HEAD_DIM / 8; ++d)
+                *reinterpret_cast<float2*>(o_row + 8 * d) =
+                    make_float2(o_accumulator[4 * d + 2 * r] * inverse_sum[r],
+                                o_accumulator[4 * d + 2 * r + 1] * inverse_sum[r]);
+        }
+    };
+
     // excerpt: o-empty
     auto stage_o = [&](const float (&inverse_sum)[2], int round) {
         const int buffer = warpgroup % O_BUFFERS;
@@ -497,6 +569,15 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         mbarrier_arrive(&o_full[buffer]);
         // end excerpt
     };
+    // The O of a finished work item: whole, staged for the storer (its round counts the O
+    // buffer's phases, as before: whole items are the block's first rounds); a part, to its
+    // workspace slot, with no o_empty wait and no o_full arrival (the storer skips the round).
+    auto finish_o = [&](const float (&inverse_sum)[2], int slot, int finished_round) {
+        if (slot == WHOLE)
+            stage_o(inverse_sum, finished_round);
+        else
+            store_part(inverse_sum, slot);
+    };
 
     float s[BLOCK_KV / 2];
     float alpha[2];
@@ -507,6 +588,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     q_start = work.q_start;
     kv_tiles = work.kv_tiles;
     head = work.head;
+    kv_begin = work.kv_begin;
+    part = work.part;
     if (warpgroup == Config::CONSUMERS - 1) pass_turn();  // warpgroup 0 goes first
 
     // The block's first K/V tile: S_0 alone, then its softmax (O is still zero: nothing to rescale).
@@ -526,7 +609,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     fence_registers(s);
     release(&k_empty[0]);
     if (kv_tiles == 1) release(&q_empty[warpgroup]);
-    mask(s, 0);
+    mask(s, kv_begin * BLOCK_KV);
     softmax(s, alpha);
     TIMELINE_STAMP(TIMELINE_SOFTMAX_DONE, 0);
     pack_p(s);
@@ -537,11 +620,14 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     // False when the block has no more work.
     auto next_work_tile = [&] {
         finish_rows(inverse_sum);
+        finished_part = part;
         const WorkTile next = next_work(++round);
         if (next.kv_tiles == 0) return false;
         head = next.head;
         q_start = next.q_start;
         kv_tiles = next.kv_tiles;
+        kv_begin = next.kv_begin;
+        part = next.part;
         m[0] = m[1] = -INFINITY;
         l[0] = l[1] = 0.0f;
         mbarrier_wait(&q_full[warpgroup], uint32_t(round % 2));
@@ -575,13 +661,13 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         fence_registers(s);
         release(&k_empty[stage]);
         if (kv_tile == kv_tiles - 1) release(&q_empty[warpgroup]);  // the work tile's last S
-        masked_softmax(s, alpha, kv_tile * BLOCK_KV);
+        masked_softmax(s, alpha, (kv_begin + kv_tile) * BLOCK_KV);
         TIMELINE_STAMP(TIMELINE_SOFTMAX_DONE, read);
         wgmma_wait<0>();
         TIMELINE_STAMP(TIMELINE_PV_DONE, read - 1);
         fence_registers(o_accumulator);
         release(&v_empty[previous]);
-        if (first) stage_o(inverse_sum, round - 1);  // then the rescale by alpha = 0 clears O
+        if (first) finish_o(inverse_sum, finished_part, round - 1);  // then the rescale by alpha = 0 clears O
         rescale_o(alpha);
         pack_p(s);
     };
@@ -617,8 +703,88 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     TIMELINE_STAMP(TIMELINE_PV_DONE, read - 1);
     fence_registers(o_accumulator);
     release(&v_empty[last]);
-    stage_o(inverse_sum, round - 1);
+    finish_o(inverse_sum, finished_part, round - 1);
     TIMELINE_STAMP(TIMELINE_END, read);
+}
+
+// The merge of the split work tiles' parts, by the log-sum-exp rule (stage 03's merge of two
+// partial softmaxes, over `parts` of them): for every row, LSE = log sum_p exp(LSE_p) and
+// O = sum_p exp(LSE_p - LSE) O_p, where O_p is part p's O normalized by its own l. Block
+// (split tile, row group): 128 threads, four columns each, HEAD_DIM / 4 threads a row.
+// excerpt: merge
+template <class Config>
+__global__ void __launch_bounds__(128)
+merge_parts_kernel(const float* __restrict__ split_o, const float* __restrict__ split_lse,
+                   bf16* __restrict__ o, float* __restrict__ lse, int batch_heads, int group_heads,
+                   int len_q, int len_kv, int q_tiles, int whole_tiles, int parts) {
+    constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q;
+    constexpr int ROW_THREADS = HEAD_DIM / 4;
+    const int split_tile = int(blockIdx.x);
+    const int tile_row = int(blockIdx.y) * (128 / ROW_THREADS) + int(threadIdx.x) / ROW_THREADS;
+    const int column = int(threadIdx.x) % ROW_THREADS * 4;
+    const WorkTile work =
+        work_tile<Config>(whole_tiles + split_tile, batch_heads, group_heads, q_tiles, len_kv, false);
+    const int row = work.q_start + tile_row;
+    if (tile_row >= BLOCK_Q || row >= len_q) return;
+    const int64_t first = int64_t(split_tile) * parts;
+    float max_lse = -INFINITY;
+    for (int p = 0; p < parts; ++p) max_lse = fmaxf(max_lse, split_lse[(first + p) * BLOCK_Q + tile_row]);
+    float sum = 0.0f;
+    float4 merged = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int p = 0; p < parts; ++p) {
+        const float weight = expf(split_lse[(first + p) * BLOCK_Q + tile_row] - max_lse);
+        const float* part_row = split_o + ((first + p) * BLOCK_Q + tile_row) * HEAD_DIM;
+        const float4 part = *reinterpret_cast<const float4*>(part_row + column);
+        sum += weight;
+        merged.x += weight * part.x;
+        merged.y += weight * part.y;
+        merged.z += weight * part.z;
+        merged.w += weight * part.w;
+    }
+    const float inverse = 1.0f / sum;
+    const __nv_bfloat162 low = __floats2bfloat162_rn(merged.x * inverse, merged.y * inverse);
+    const __nv_bfloat162 high = __floats2bfloat162_rn(merged.z * inverse, merged.w * inverse);
+    uint2 packed;
+    packed.x = *reinterpret_cast<const uint32_t*>(&low);
+    packed.y = *reinterpret_cast<const uint32_t*>(&high);
+    *reinterpret_cast<uint2*>(o + (int64_t(work.head) * len_q + row) * HEAD_DIM + column) = packed;
+    if (lse != nullptr && column == 0) lse[int64_t(work.head) * len_q + row] = max_lse + logf(sum);
+}
+// end excerpt
+
+// The SMs of the current device: the persistent grid's size and the split plan's S.
+int multiprocessor_count() {
+    int device = 0, multiprocessors = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    return multiprocessors;
+}
+
+// The split of a non-causal shape's last round (split_plan.h) with the configuration's tiles;
+// causal work tiles are never split (their counter balances them).
+template <class Config>
+SplitPlan split_plan(const AttentionShape& shape, int multiprocessors) {
+    const int64_t tiles = int64_t(ceil_div(shape.len_q, Config::BLOCK_Q)) * shape.batch * shape.heads;
+    if (!splits<Config> || shape.causal || tiles > INT_MAX) return SplitPlan{int(std::min<int64_t>(tiles, INT_MAX)), 0, 1};
+    return plan_split(int(tiles), multiprocessors, ceil_div(shape.len_kv, Config::BLOCK_KV));
+}
+// The parts' workspace: O [part][BLOCK_Q][HEAD_DIM] then LSE [part][BLOCK_Q], FP32.
+template <class Config>
+size_t split_bytes(const SplitPlan& plan) {
+    if (!plan.split()) return 0;
+    return saturating_product({size_t(plan.split_tiles), size_t(plan.parts), size_t(Config::BLOCK_Q),
+                               size_t(Config::HEAD_DIM + 1), sizeof(float)});
+}
+
+// The non-causal workspace of a shape: its split's parts. A shape of more than 2^31 - 1 work
+// tiles, which the launcher refuses, reports what a split of it could take at most (S - 1 work
+// tiles in parts of two K/V tiles), saturated: never less than a smaller shape's, never wrapped.
+template <class Config>
+size_t workspace_bytes(const AttentionShape& shape, int multiprocessors) {
+    const int64_t tiles = int64_t(ceil_div(shape.len_q, Config::BLOCK_Q)) * shape.batch * shape.heads;
+    if (tiles <= INT_MAX) return split_bytes<Config>(split_plan<Config>(shape, multiprocessors));
+    return saturating_product({size_t(multiprocessors - 1), size_t(ceil_div(shape.len_kv, Config::BLOCK_KV) / 2),
+                               size_t(Config::BLOCK_Q), size_t(Config::HEAD_DIM + 1), sizeof(float)});
 }
 
 // Heads per group of the grid, as in stage 06: all of them when their K and V fit in L2
@@ -686,14 +852,20 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     // takes more (longest first, as the hardware hands out the blocks of an ordinary grid). The
     // zeroing is one more operation in the stream (a few microseconds): below four work tiles
     // per SM a causal call keeps the one-tile grid, whose blocks the hardware hands out so.
-    int device = 0, multiprocessors = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+    const int multiprocessors = multiprocessor_count();
     const bool counted = shape.causal && tiles >= 4 * int64_t(multiprocessors);
-    const int blocks = int(shape.causal && !counted ? tiles : std::min<int64_t>(tiles, multiprocessors));
-    Workspace counter(counted ? sizeof(int) : 0, stream);
-    if (counted) CUDA_CHECK(cudaMemsetAsync(counter.as<int>(), 0, sizeof(int), stream));
+    // Non-causal, the last round's work tiles may be split along K/V (split_plan.h): F whole
+    // work tiles, then r * g parts, whose partial O and LSE the workspace holds.
+    const SplitPlan plan = split_plan<Config>(shape, multiprocessors);
+    const int64_t items = plan.items();
+    const int blocks = int(shape.causal && !counted ? tiles : std::min<int64_t>(items, multiprocessors));
+    Workspace workspace(counted ? sizeof(int) : split_bytes<Config>(plan), stream);
+    if (counted) CUDA_CHECK(cudaMemsetAsync(workspace.as<int>(), 0, sizeof(int), stream));
     // end excerpt
+    float* split_o = plan.split() ? workspace.as<float>() : nullptr;
+    const size_t split_o_floats = size_t(plan.split_tiles) * plan.parts * Config::BLOCK_Q * Config::HEAD_DIM;
+    float* split_lse = plan.split() ? split_o + split_o_floats : nullptr;
+    const int group_heads = heads_per_l2_group(shape);
     const CUtensorMap q_map = make_tensor_map(q, batch_heads, shape.len_q, Config::HEAD_DIM, 64);
     const CUtensorMap k_map = make_tensor_map(k, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
     const CUtensorMap v_map = make_tensor_map(v, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
@@ -702,9 +874,18 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Config::SHARED_BYTES)));
     kernel<<<unsigned(blocks), Config::THREADS, Config::SHARED_BYTES, stream>>>(
-        q_map, k_map, v_map, o_map, lse, counter.as<int>(), batch_heads, heads_per_l2_group(shape),
-        shape.len_q, shape.len_kv, q_tiles, int(tiles), shape.softmax_scale(), shape.causal);
+        q_map, k_map, v_map, o_map, lse, counted ? workspace.as<int>() : nullptr, split_o, split_lse,
+        batch_heads, group_heads, shape.len_q, shape.len_kv, q_tiles, int(items), plan.whole, plan.parts,
+        shape.softmax_scale(), shape.causal);
     CUDA_CHECK_LAUNCH();
+    if (plan.split()) {
+        constexpr int ROWS_PER_BLOCK = 128 / (Config::HEAD_DIM / 4);
+        const dim3 merge_grid(unsigned(plan.split_tiles), unsigned(ceil_div(Config::BLOCK_Q, ROWS_PER_BLOCK)));
+        merge_parts_kernel<Config><<<merge_grid, 128, 0, stream>>>(
+            split_o, split_lse, o, lse, batch_heads, group_heads, shape.len_q, shape.len_kv, q_tiles, plan.whole,
+            plan.parts);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
 }  // namespace
@@ -717,8 +898,21 @@ const StageCapabilities& stage_capabilities() {
     return caps;
 }
 
-// The causal kernel's tile counter (one int), whether or not a shape has enough tiles to use it.
-size_t attention_workspace_bytes(const AttentionShape& shape) { return shape.causal ? sizeof(int) : 0; }
+// Causal: the kernel's tile counter (one int), whether or not a shape has enough tiles to use
+// it. Non-causal: the split work tiles' partial O and LSE (zero where nothing is split), which
+// depend on the device's SMs; with no device visible (CI), those of an H100 SXM (132).
+size_t attention_workspace_bytes(const AttentionShape& shape) {
+    if (shape.causal) return sizeof(int);
+    if (shape.head_dim != 64 && shape.head_dim != 128) return 0;
+    int device = 0, multiprocessors = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the error: no device is no failure here
+        multiprocessors = 132;
+    }
+    return shape.head_dim == 64 ? workspace_bytes<Tiling64>(shape, multiprocessors)
+                                : workspace_bytes<Tiling128>(shape, multiprocessors);
+}
 
 void attention_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
                        const AttentionShape& shape, cudaStream_t stream) {

@@ -7,6 +7,8 @@
 // outputs, nothing written past their ends.
 #include "test_support.h"
 
+#include "split_plan.h"
+
 namespace {
 
 int multiprocessors() {
@@ -20,6 +22,22 @@ int multiprocessors() {
 int64_t work_tiles(const AttentionShape& shape) {
     const int block_q = shape.head_dim == 64 ? 192 : 128;
     return int64_t(shape.batch) * shape.heads * ((shape.len_q + block_q - 1) / block_q);
+}
+
+// The split of the shape's last round (split_plan.h), with the kernel's tiles (BLOCK_KV 128):
+// D = 64 and non-causal only; anything else keeps its work tiles whole.
+SplitPlan split_of(const AttentionShape& shape, int sms) {
+    if (shape.head_dim != 64 || shape.causal) return SplitPlan{int(work_tiles(shape)), 0, 1};
+    return plan_split(int(work_tiles(shape)), sms, (shape.len_kv + 127) / 128);
+}
+
+// The shared suite's check on a non-causal shape that must take the split path.
+void check_split(const AttentionShape& shape, bool with_lse = true) {
+    const SplitPlan plan = split_of(shape, multiprocessors());
+    INFO("work tiles=", work_tiles(shape), " SMs=", multiprocessors(), " whole=", plan.whole,
+         " split tiles=", plan.split_tiles, " parts=", plan.parts);
+    REQUIRE_MESSAGE(plan.split(), "the shape does not take the split path");
+    check_forward(shape, with_lse);
 }
 
 // The shared suite's check (common/test_support.h), on a shape that first must reach the
@@ -54,14 +72,100 @@ GPU_TEST_CASE("12: persistent grid: ragged work tiles over several K/V tiles") {
     });
 }
 
-TEST_CASE("12: the causal tile counter is the only workspace") {
+TEST_CASE("12: workspace: the causal tile counter, or the split work tiles' parts") {
     // The launcher zeroes one int for the counter before a causal launch (and uses it from four
-    // work tiles per SM on); a non-causal call walks a fixed order and needs nothing.
+    // work tiles per SM on); a non-causal call needs the parts' FP32 O and LSE where it splits
+    // its last round (the SMs' count decides: 132 where no device is visible), else nothing.
     for (const int head_dim : {64, 128}) {
         CHECK(attention_workspace_bytes(make_shape(1, 1, 1, 1, head_dim, true)) == sizeof(int));
         CHECK(attention_workspace_bytes(make_shape(16, 16, 4096, 4096, head_dim, true)) == sizeof(int));
-        CHECK(attention_workspace_bytes(make_shape(16, 16, 4096, 4096, head_dim, false)) == 0);
+        CHECK(attention_workspace_bytes(make_shape(1, 1, 1, 1, head_dim, false)) == 0);  // one K/V tile
+        const size_t bytes = attention_workspace_bytes(make_shape(16, 16, 4096, 4096, head_dim, false));
+        const size_t part_bytes = size_t(head_dim == 64 ? 192 : 128) * (head_dim + 1) * sizeof(float);
+        CHECK(bytes % part_bytes == 0);
     }
+}
+
+TEST_CASE("12: the split of the last round") {
+    // excerpt: split-example
+    // 4x8x4096^2 at D = 64: 704 work tiles of 32 K/V tiles on 132 SMs; 5 full rounds, then 44
+    // tiles cut in 3: 132 parts of 10-11 K/V tiles, one round of them.
+    const SplitPlan headline = plan_split(704, 132, 32);
+    CHECK(headline.whole == 660);
+    CHECK(headline.split_tiles == 44);
+    CHECK(headline.parts == 3);
+    CHECK(headline.items() == 660 + 132);
+    // end excerpt
+    // Fewer tiles than SMs: all of them split, in halves (128 parts on 132 SMs).
+    const SplitPlan few = plan_split(64, 132, 32);
+    CHECK(few.whole == 0);
+    CHECK(few.split_tiles == 64);
+    CHECK(few.parts == 2);
+    // (The arithmetic alone: the kernel splits at D = 64 only.) 1,024 tiles of 24: the last
+    // round is 100 of 132, and no split beats a whole tile by the margin once its costs count.
+    CHECK(plan_split(1024, 132, 24).parts == 1);
+    CHECK(plan_split(1024, 132, 24).items() == 1024);
+    // 4,096 tiles of 94: 4 tiles left, cut fine.
+    const SplitPlan long_tail = plan_split(4096, 132, 94);
+    CHECK(long_tail.split_tiles == 4);
+    CHECK(long_tail.parts > 16);
+    CHECK(last_round_kv_tiles(4, long_tail.parts, 132, 94) + SPLIT_COST_KV_TILES < 94 / 4);
+    // Nothing to balance: a multiple of the SMs, one or two K/V tiles (no part of two or more),
+    // a single tile of few K/V tiles.
+    CHECK(plan_split(264, 132, 32).parts == 1);
+    CHECK(plan_split(64, 132, 2).parts == 1);
+    CHECK(plan_split(64, 132, 3).parts == 1);
+    CHECK(plan_split(1, 132, 1).parts == 1);
+    // A long call whose last round is a sliver of its time: the shared suite's "workspace larger
+    // than the device" shape, 64x64x65536^2 at D = 64 (1,400,832 work tiles of 512 K/V tiles,
+    // 10,613 rounds): no split, so no workspace, as that case expects of a stage without one.
+    CHECK(plan_split(1400832, 132, 512).parts == 1);
+    CHECK(attention_workspace_bytes(make_shape(64, 64, 1 << 16, 1 << 16, 64, false)) == 0);
+    // Every plan: the parts cover the tiles left after whole rounds, each part two K/V tiles
+    // at least, and a split shortens the last round by the margin.
+    for (int tiles = 1; tiles <= 600; tiles += 7)
+        for (int n : {1, 2, 4, 7, 8, 24, 32, 94}) {
+            const SplitPlan plan = plan_split(tiles, 132, n);
+            CHECK(plan.whole + plan.split_tiles == tiles);
+            if (!plan.split()) continue;
+            CHECK(plan.whole % 132 == 0);
+            CHECK(plan.split_tiles == (tiles >= 132 ? tiles % 132 : tiles));
+            CHECK(n / plan.parts >= 2);
+            // The parts' K/V ranges (the kernel's part_begin) tile 0 .. n - 1 in order.
+            CHECK(part_begin(0, plan.parts, n) == 0);
+            CHECK(part_begin(plan.parts, plan.parts, n) == n);
+            for (int p = 0; p < plan.parts; ++p)
+                CHECK(part_begin(p + 1, plan.parts, n) - part_begin(p, plan.parts, n) >= 2);
+            const int after = last_round_kv_tiles(plan.split_tiles, plan.parts, 132, n) + SPLIT_COST_KV_TILES;
+            CHECK(after * 100 <= (100 - SPLIT_MARGIN_PERCENT) * n);
+            CHECK((n - after) * 1000 >= SPLIT_MIN_GAIN_PERMILLE * ((tiles + 131) / 132) * n);
+        }
+}
+
+GPU_TEST_CASE("12: split last round: parts along K/V merged by log-sum-exp") {
+    const int sms = multiprocessors();
+    // D = 64. Whole rounds, then 4 work tiles left (one query tile a head) over 1,000 keys (8
+    // K/V tiles): cut in parts, the last one ending in a partial K/V tile; 150 query rows, so
+    // that some rows of every part are outside the tensor.
+    check_split(make_shape(1, sms + 4, 150, 1000, 64, false));
+    // Fewer work tiles than SMs: all split (2 x 2 query tiles of 300 rows).
+    check_split(make_shape(1, 2, 300, 1000, 64, false));
+    check_split(make_shape(1, 2, 300, 1000, 64, false), /*with_lse=*/false);
+    // len_q != len_kv the other way, a tail of one key in the last K/V tile.
+    check_split(make_shape(2, 3, 77, 1409, 64, false));
+    // D = 128 keeps its work tiles whole on the same shapes: no workspace, the same results.
+    for (const AttentionShape& shape : {make_shape(1, sms + 4, 150, 1000, 128, false), make_shape(2, 3, 77, 1409, 128, false)}) {
+        CHECK(attention_workspace_bytes(shape) == 0);
+        check_forward(shape);
+    }
+}
+
+GPU_TEST_CASE("12: workspace: what the forward allocates for the split") {
+    const int sms = multiprocessors();
+    const AttentionShape shape = make_shape(1, sms + 4, 150, 1000, 64, false);
+    const SplitPlan plan = split_of(shape, sms);
+    REQUIRE(plan.split());
+    CHECK(attention_workspace_bytes(shape) == size_t(plan.split_tiles) * plan.parts * 192 * (64 + 1) * sizeof(float));
 }
 
 // Run by `make sanitize` too: every block passes from one work tile to the next at least once.
@@ -70,4 +174,12 @@ GPU_TEST_CASE("sanitize: persistent work tiles") {
     for_each_variant([&](int head_dim, bool causal) {
         check_persistent(make_shape(1, 2 * sms, 200, 130, head_dim, causal));
     });
+}
+
+// Run by `make sanitize` too: a split last round (parts, their workspace, the merge kernel),
+// one block passing from a whole tile to parts (sms + 1 work tiles).
+GPU_TEST_CASE("sanitize: split last round") {
+    const int sms = multiprocessors();
+    check_split(make_shape(1, 2, 300, 1000, 64, false));
+    check_split(make_shape(1, sms + 1, 64, 1000, 64, false), /*with_lse=*/false);
 }

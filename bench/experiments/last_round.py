@@ -8,17 +8,55 @@ run (a results CSV), and what that ratio would be with the last round balanced (
 ratio), a bound that ignores what balancing would cost. Causal shapes take their work tiles
 longest first from a counter and are left out: their last round is made of the shortest tiles.
 
-usage: last_round.py RUN.csv [--stage 12_persistent] [--sms 132]
+With --split, the plan of branch split-tail (12_persistent/split_plan.h, its constants read
+from the header): the last round's r work tiles cut into g parts along K/V, and what the model
+in the header predicts: the time in K/V tiles per SM before (ceil(T / S) n) and after
+(F / S n + the split last round, its costs included), the busy share after, and the ratio to
+the baseline if the stage's time shrank by exactly that (a model, not a measurement).
+
+usage: last_round.py RUN.csv [--stage 12_persistent] [--sms 132] [--split]
 """
 import argparse
 import math
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tables import medians_by_shape  # noqa: E402  (the one reader of a results CSV)
 
 BLOCK_Q = {64: 192, 128: 128}  # stage 12's query rows per work tile (3 consumers at D = 64, 2 at 128)
+BLOCK_KV = {64: 128, 128: 176}  # its keys per K/V tile, non-causal
+SPLIT_PLAN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "12_persistent", "split_plan.h")
+
+
+def split_constants():
+    """The cost model's constants as split_plan.h defines them."""
+    text = open(SPLIT_PLAN).read()
+    return {name: int(re.search(rf"constexpr int {name} = (\d+);", text).group(1))
+            for name in ("SPLIT_COST_KV_TILES", "PART_COST_KV_TILES", "SPLIT_MARGIN_PERCENT",
+                         "SPLIT_MIN_GAIN_PERMILLE")}
+
+
+def last_round_kv_tiles(r, g, sms, n, c):
+    return math.ceil(r * g / sms) * (math.ceil(n / g) + (c["PART_COST_KV_TILES"] if g > 1 else 0))
+
+
+def plan_split(tiles, sms, n, c):
+    """split_plan.h's plan_split: (whole, split tiles, parts)."""
+    r = tiles % sms if tiles >= sms else tiles
+    if r == 0:
+        return tiles, 0, 1
+    best_parts, best_time = 1, n
+    for g in range(2, n // 2 + 1):
+        time = last_round_kv_tiles(r, g, sms, n, c) + c["SPLIT_COST_KV_TILES"]
+        if time < best_time:
+            best_parts, best_time = g, time
+    rounds = math.ceil(tiles / sms)
+    if (best_parts == 1 or best_time * 100 > (100 - c["SPLIT_MARGIN_PERCENT"]) * n
+            or (n - best_time) * 1000 < c["SPLIT_MIN_GAIN_PERMILLE"] * rounds * n):
+        return tiles, 0, 1
+    return tiles - r, r, best_parts
 
 
 def main():
@@ -28,7 +66,10 @@ def main():
     parser.add_argument("--stage", default="12_persistent")
     parser.add_argument("--baseline", default="torch_cudnn")
     parser.add_argument("--sms", type=int, default=132)
+    parser.add_argument("--split", action="store_true", help="the split-tail plan and its predicted gain")
     arguments = parser.parse_args()
+    if arguments.split:
+        return split_table(arguments)
     medians = medians_by_shape(arguments.run)
     print(f"# {arguments.run}: non-causal shapes, {arguments.sms} SMs; ratio = {arguments.baseline} time over {arguments.stage}'s")
     print(f"{'shape':<26}{'work tiles':>11}{'rounds':>9}{'full rounds':>12}{'busy at best':>13}"
@@ -44,6 +85,35 @@ def main():
         measured = times[arguments.baseline] / times[arguments.stage]
         print(f"{'x'.join(map(str, shape)):<26}{tiles:>11}{rounds:>9.2f}{math.ceil(rounds):>12}{busy:>13.3f}"
               f"{measured:>10.3f}{measured / busy:>10.3f}")
+    return 0
+
+
+def split_table(arguments):
+    c = split_constants()
+    medians = medians_by_shape(arguments.run)
+    print(f"# {arguments.run}: non-causal shapes, {arguments.sms} SMs; split plan of 12_persistent/split_plan.h "
+          f"({', '.join(f'{k} {v}' for k, v in c.items())}); times in K/V tiles per SM, a model")
+    print(f"# ratio = {arguments.baseline} time over {arguments.stage}'s; 'predicted' = measured x before / after")
+    print(f"{'shape':<26}{'tiles':>7}{'n':>5}{'r':>5}{'g':>4}{'parts':>7}{'before':>8}{'after':>8}"
+          f"{'busy before':>12}{'busy after':>11}{'gain':>7}{'measured':>10}{'predicted':>10}")
+    for shape in sorted(medians, key=lambda s: (s[4], s[2], s[0], s[1], s[3])):
+        batch, heads, len_q, len_kv, head_dim, causal = shape
+        times = medians[shape]
+        if causal or arguments.stage not in times or arguments.baseline not in times:
+            continue
+        tiles = batch * heads * math.ceil(len_q / BLOCK_Q[head_dim])
+        n = math.ceil(len_kv / BLOCK_KV[head_dim])
+        whole, r, g = plan_split(tiles, arguments.sms, n, c)
+        ideal = tiles / arguments.sms * n
+        before = math.ceil(tiles / arguments.sms) * n
+        if g > 1:
+            after = whole // arguments.sms * n + last_round_kv_tiles(r, g, arguments.sms, n, c) + c["SPLIT_COST_KV_TILES"]
+        else:
+            after = before
+        measured = times[arguments.baseline] / times[arguments.stage]
+        print(f"{'x'.join(map(str, shape)):<26}{tiles:>7}{n:>5}{r:>5}{g:>4}{r * g:>7}{before:>8}{after:>8}"
+              f"{ideal / before:>12.3f}{ideal / after:>11.3f}{before / after:>7.3f}{measured:>10.3f}"
+              f"{measured * before / after:>10.3f}")
     return 0
 
 

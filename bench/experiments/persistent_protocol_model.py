@@ -26,10 +26,20 @@ warpgroup stands for its four warps, or for its 128 threads on o_full). The cons
 nested per work tile issues the same barrier operations in the same order as the single loop
 over the block's K/V tiles that it replaced, so the model stands for both.
 
+Branch split-tail: a work item may be a part of a split work tile (work = (id, kv_tiles,
+True)): its consumers write O to the workspace, not to an O buffer, and the storer reads its
+schedule slot and skips it; the O phases are still counted by round on both sides, which holds
+because parts come after every whole tile of a block. The runs mix whole tiles then parts, and
+a fourth deliberate bug puts a part before a whole tile: the model must catch it.
+
 usage: persistent_protocol_model.py [--runs N] [--seed S]
 """
 import argparse
 import random
+
+
+def is_part(work):
+    return work is not None and len(work) > 2 and work[2]
 
 
 class Deadlock(Exception):
@@ -77,6 +87,7 @@ class Model:
         self.v_reading = [set() for _ in range(stages)]
         self.o_buffer = [None] * o_buffers     # (work tile, consumer) staged and not yet read
         self.stored = []
+        self.parts_written = []                # (round, consumer) of the parts' O, to the workspace
         self.copies = []                       # in-flight copy engine operations
         self.turn_waiting = {}                 # named barrier id -> arrivals in this generation
 
@@ -120,7 +131,7 @@ class Model:
             self.schedule_full[slot].arrive()
             if work is None:
                 return
-            _, kv_tiles = work
+            kv_tiles = work[1]
             for kv in range(kv_tiles):
                 stage = load % self.S
                 yield from self.wait(self.k_empty[stage], (load // self.S + 1) % 2, load // self.S - 1)
@@ -158,6 +169,9 @@ class Model:
             self.schedule_empty[slot].arrive()
             if work is None:
                 return
+            if is_part(work):  # split-tail: a part's O leaves through the workspace
+                rnd += 1
+                continue
             for c in range(self.C):
                 buffer = c % self.B
                 use = rnd * (self.C // self.B) + c // self.B
@@ -203,6 +217,12 @@ class Model:
             self.o_buffer[buffer] = (rnd, wg)
             self.o_full[buffer].arrive()
 
+        def finish_o(rnd, part):
+            if part:  # split-tail: straight to the workspace, no O buffer, no o_empty
+                self.parts_written.append((rnd, wg))
+            else:
+                yield from stage_o(rnd)
+
         work = yield from next_work(rnd)
         kv_tiles = work[1]
         if wg == C - 1:
@@ -225,6 +245,7 @@ class Model:
             first = kv == kv_tiles
             if first:
                 rnd += 1
+                finished_part = is_part(work)
                 work = yield from next_work(rnd)
                 if work is None:
                     break
@@ -252,7 +273,7 @@ class Model:
             self.v_reading[previous].discard(wg)
             self.v_empty[previous].arrive()
             if first:
-                yield from stage_o(rnd - 1)
+                yield from finish_o(rnd - 1, finished_part)
             read += 1
             kv += 1
         last = (read - 1) % S
@@ -265,7 +286,7 @@ class Model:
         yield
         self.v_reading[last].discard(wg)
         self.v_empty[last].arrive()
-        yield from stage_o(rnd - 1)
+        yield from finish_o(rnd - 1, finished_part)
 
     def run(self):
         self.turn_arrived = [set() for _ in range(self.C)]
@@ -294,8 +315,10 @@ class Model:
             idle = 0 if progressed else idle + 1
             if idle > 1000:
                 raise Deadlock(f"no progress; still running: {sorted(roles)}")
-        expected = sorted((r, c) for r in range(len(self.works)) for c in range(self.C))
+        expected = sorted((r, c) for r in range(len(self.works)) for c in range(self.C) if not is_part(self.works[r]))
         assert sorted(self.stored) == expected, f"stored {sorted(self.stored)}, expected {expected}"
+        parts = sorted((r, c) for r in range(len(self.works)) for c in range(self.C) if is_part(self.works[r]))
+        assert sorted(self.parts_written) == parts, f"parts written {sorted(self.parts_written)}, expected {parts}"
 
 
 def main():
@@ -320,6 +343,18 @@ def main():
         print(f"deliberate bug '{mutation}': " + (f"caught ({caught})" if caught else "NOT CAUGHT"))
         if not caught:
             return 1
+    # split-tail: a part before a whole tile breaks the round-counted O phases; must be caught.
+    caught = None
+    for run in range(arguments.runs):
+        works = [(0, rng.choice([1, 2, 3]), True)] + [(i, rng.choice([1, 2, 3])) for i in range(1, rng.randint(2, 5))]
+        try:
+            Model(random.Random(rng.random()), 2, 1, works).run()
+        except (AssertionError, Deadlock) as error:
+            caught = f"{type(error).__name__}: {error}"
+            break
+    print("deliberate bug 'a part before a whole tile': " + (f"caught ({caught})" if caught else "NOT CAUGHT"))
+    if not caught:
+        return 1
     configurations = [(2, 1), (2, 2), (3, 3)]  # (consumers, O buffers) of the three kernels
     for consumers, o_buffers in configurations:
         for run in range(arguments.runs):
@@ -328,6 +363,18 @@ def main():
         print(f"{consumers} consumers, {o_buffers} O buffer(s): {arguments.runs} random "
               f"interleavings, 1 to 9 work tiles of 1 to 5 K/V tiles each: no deadlock, every "
               f"wait on its phase, no buffer overwritten while read, every O stored once")
+    # split-tail: whole tiles, then parts (as every block walks its items), 0 to 6 of each.
+    for consumers, o_buffers in configurations:
+        for run in range(arguments.runs):
+            whole = rng.randint(0, 6)
+            parts = rng.randint(0 if whole else 1, 6)
+            works = [(i, rng.choice([1, 1, 2, 3, 5])) for i in range(whole)]
+            works += [(whole + i, rng.choice([1, 2, 3, 5]), True) for i in range(parts)]
+            Model(random.Random(rng.random()), consumers, o_buffers, works).run()
+        print(f"{consumers} consumers, {o_buffers} O buffer(s), split-tail: {arguments.runs} random "
+              f"interleavings, 0 to 6 whole work tiles then 0 to 6 parts: no deadlock, every wait on "
+              f"its phase, no buffer overwritten while read, every whole O stored once, every part "
+              f"written once and never through an O buffer")
     return 0
 
 
