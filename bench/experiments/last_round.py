@@ -103,7 +103,8 @@ def split_table(arguments):
             continue
         tiles = batch * heads * math.ceil(len_q / BLOCK_Q[head_dim])
         n = math.ceil(len_kv / BLOCK_KV[head_dim])
-        whole, r, g = plan_split(tiles, arguments.sms, n, c)
+        # The kernel splits at D = 64 only (12_persistent/attention.cu, `splits`).
+        whole, r, g = plan_split(tiles, arguments.sms, n, c) if head_dim == 64 else (tiles, 0, 1)
         ideal = tiles / arguments.sms * n
         before = math.ceil(tiles / arguments.sms) * n
         if g > 1:
