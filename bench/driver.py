@@ -10,8 +10,9 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
     one-time costs: plans built, modules loaded);
   * then the implementations take turns in slices of SLICE_SECONDS of calls (at least one),
     the order rotated by one place per turn and reversed every other turn, until each has
-    TIMED_SECONDS of timed calls and MIN_CALLS calls (or MAX_TIMED_SECONDS, or MAX_CALLS; a
-    call of LONG_CALL_MS or more stops at LONG_MIN_CALLS calls or LONG_MAX_TIMED_SECONDS).
+    TIMED_SECONDS of timed calls (POWER_TIMED_SECONDS for calls of POWER_CALL_MS or more) and
+    MIN_CALLS calls (or MAX_TIMED_SECONDS, or MAX_CALLS; a call of LONG_CALL_MS or more stops at
+    LONG_MIN_CALLS calls or LONG_MAX_TIMED_SECONDS).
     An H100 under load swings its clock by several percent every 100-200 ms: slices much
     shorter than that, spread over seconds, give every implementation the same mix of fast and
     slow moments, so a ratio of two of them does not depend on which moments each one got;
@@ -69,6 +70,8 @@ from schema import (BACKWARD_PASSES, CSV_COLUMNS, CSV_EXTRA_COLUMNS, FLOP_CONVEN
                     SOL_CEILING, read_sweeps)
 
 TIMED_SECONDS = 0.15      # timed calls per implementation, shape and pass, and
+POWER_CALL_MS = 2.0       # from calls this long on (where an H100 runs at its power limit and
+POWER_TIMED_SECONDS = 0.6  # swings its clock by 15% within a run) this many seconds of them;
 MIN_CALLS = 60            # at least this many of them (calls of several milliseconds swing with
 MAX_TIMED_SECONDS = 1.2   # the clock: a median over 20 moved by up to 7%), within this much;
 LONG_CALL_MS = 25.0       # but a call this long spans a swing of the clock by itself: it stops
@@ -362,8 +365,9 @@ class Resident:
         long_call = self.gpu_ms >= LONG_CALL_MS
         min_calls = LONG_MIN_CALLS if long_call else MIN_CALLS
         max_seconds = LONG_MAX_TIMED_SECONDS if long_call else MAX_TIMED_SECONDS
+        window = POWER_TIMED_SECONDS if POWER_CALL_MS <= self.gpu_ms < LONG_CALL_MS else TIMED_SECONDS
         return (len(self.times) >= MAX_CALLS or timed_ms >= max_seconds * 1e3
-                or (timed_ms >= TIMED_SECONDS * 1e3 and len(self.times) >= min_calls))
+                or (timed_ms >= window * 1e3 and len(self.times) >= min_calls))
 
     def issue(self, torch, calls):
         """Issues `calls` timed calls, behind a GPU sleep per burst where the host is the
@@ -594,7 +598,8 @@ def parse_arguments():
 def method():
     return (f"interleaved slices (bench/driver.py): per shape and pass, every implementation "
             f"resident and called twice untimed, then turns of {SLICE_SECONDS * 1e3:g} ms slices "
-            f"in a rotating order until each has {TIMED_SECONDS:g} s of timed calls and "
+            f"in a rotating order until each has {TIMED_SECONDS:g} s of timed calls "
+            f"({POWER_TIMED_SECONDS:g} s for calls of {POWER_CALL_MS:g} ms or more) and "
             f"{MIN_CALLS} calls (at most {MAX_TIMED_SECONDS:g} s or {MAX_CALLS} calls; calls of "
             f"{LONG_CALL_MS:g} ms or more: {LONG_MIN_CALLS} calls, at most "
             f"{LONG_MAX_TIMED_SECONDS:g} s); "

@@ -250,11 +250,25 @@ class TimedWindow(unittest.TestCase):
         resident.gpu_ms, resident.times = call_ms, [call_ms] * calls
         return resident
 
-    def test_short_calls_need_min_calls_beyond_the_window(self):
-        calls = math.ceil(driver.TIMED_SECONDS * 1e3 / 5.0)  # 0.15 s of 5 ms calls
+    def test_short_calls_fill_the_window(self):
+        calls = math.ceil(driver.TIMED_SECONDS * 1e3 / 1.0)  # 0.15 s of 1 ms calls
+        self.assertGreater(calls, driver.MIN_CALLS)
+        self.assertFalse(self.resident(1.0, calls - 1).done())
+        self.assertTrue(self.resident(1.0, calls).done())
+
+    def test_calls_at_the_power_limit_fill_a_longer_window(self):
+        self.assertGreaterEqual(5.0, driver.POWER_CALL_MS)
+        calls = math.ceil(driver.POWER_TIMED_SECONDS * 1e3 / 5.0)  # 0.6 s of 5 ms calls
+        self.assertGreater(calls, driver.MIN_CALLS)
+        self.assertFalse(self.resident(5.0, driver.MIN_CALLS).done())
+        self.assertFalse(self.resident(5.0, calls - 1).done())
+        self.assertTrue(self.resident(5.0, calls).done())
+
+    def test_min_calls_beyond_the_window(self):
+        calls = math.ceil(driver.POWER_TIMED_SECONDS * 1e3 / 12.0)  # 0.6 s of 12 ms calls
         self.assertLess(calls, driver.MIN_CALLS)
-        self.assertFalse(self.resident(5.0, calls).done())
-        self.assertTrue(self.resident(5.0, driver.MIN_CALLS).done())
+        self.assertFalse(self.resident(12.0, calls).done())
+        self.assertTrue(self.resident(12.0, driver.MIN_CALLS).done())
 
     def test_min_calls_stop_at_the_longest_window(self):
         calls = math.ceil(driver.MAX_TIMED_SECONDS * 1e3 / 22.0)
