@@ -59,6 +59,19 @@ def plan_split(tiles, sms, n, c):
     return tiles - r, r, best_parts
 
 
+def non_causal_rows(arguments):
+    """(shape, work tiles, baseline time over the stage's) of every non-causal shape of the run
+    where both ran, in the tables' order."""
+    medians = medians_by_shape(arguments.run)
+    for shape in sorted(medians, key=lambda s: (s[4], s[2], s[0], s[1], s[3])):
+        batch, heads, len_q, len_kv, head_dim, causal = shape
+        times = medians[shape]
+        if causal or arguments.stage not in times or arguments.baseline not in times:
+            continue
+        tiles = batch * heads * math.ceil(len_q / BLOCK_Q[head_dim])
+        yield shape, tiles, times[arguments.baseline] / times[arguments.stage]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -70,19 +83,12 @@ def main():
     arguments = parser.parse_args()
     if arguments.split:
         return split_table(arguments)
-    medians = medians_by_shape(arguments.run)
     print(f"# {arguments.run}: non-causal shapes, {arguments.sms} SMs; ratio = {arguments.baseline} time over {arguments.stage}'s")
     print(f"{'shape':<26}{'work tiles':>11}{'rounds':>9}{'full rounds':>12}{'busy at best':>13}"
           f"{'measured':>10}{'balanced':>10}")
-    for shape in sorted(medians, key=lambda s: (s[4], s[2], s[0], s[1], s[3])):
-        batch, heads, len_q, len_kv, head_dim, causal = shape
-        times = medians[shape]
-        if causal or arguments.stage not in times or arguments.baseline not in times:
-            continue
-        tiles = batch * heads * math.ceil(len_q / BLOCK_Q[head_dim])
+    for shape, tiles, measured in non_causal_rows(arguments):
         rounds = tiles / arguments.sms
         busy = rounds / math.ceil(rounds)
-        measured = times[arguments.baseline] / times[arguments.stage]
         print(f"{'x'.join(map(str, shape)):<26}{tiles:>11}{rounds:>9.2f}{math.ceil(rounds):>12}{busy:>13.3f}"
               f"{measured:>10.3f}{measured / busy:>10.3f}")
     return 0
@@ -90,18 +96,13 @@ def main():
 
 def split_table(arguments):
     c = split_constants()
-    medians = medians_by_shape(arguments.run)
     print(f"# {arguments.run}: non-causal shapes, {arguments.sms} SMs; split plan of 12_persistent/split_plan.h "
           f"({', '.join(f'{k} {v}' for k, v in c.items())}); times in K/V tiles per SM, a model")
     print(f"# ratio = {arguments.baseline} time over {arguments.stage}'s; 'predicted' = measured x before / after")
     print(f"{'shape':<26}{'tiles':>7}{'n':>5}{'r':>5}{'g':>4}{'parts':>7}{'before':>8}{'after':>8}"
           f"{'busy before':>12}{'busy after':>11}{'gain':>7}{'measured':>10}{'predicted':>10}")
-    for shape in sorted(medians, key=lambda s: (s[4], s[2], s[0], s[1], s[3])):
-        batch, heads, len_q, len_kv, head_dim, causal = shape
-        times = medians[shape]
-        if causal or arguments.stage not in times or arguments.baseline not in times:
-            continue
-        tiles = batch * heads * math.ceil(len_q / BLOCK_Q[head_dim])
+    for shape, tiles, measured in non_causal_rows(arguments):
+        len_kv, head_dim = shape[3], shape[4]
         n = math.ceil(len_kv / BLOCK_KV[head_dim])
         # The kernel splits at D = 64 only (12_persistent/attention.cu, `splits`).
         whole, r, g = plan_split(tiles, arguments.sms, n, c) if head_dim == 64 else (tiles, 0, 1)
@@ -111,7 +112,6 @@ def split_table(arguments):
             after = whole // arguments.sms * n + last_round_kv_tiles(r, g, arguments.sms, n, c) + c["SPLIT_COST_KV_TILES"]
         else:
             after = before
-        measured = times[arguments.baseline] / times[arguments.stage]
         print(f"{'x'.join(map(str, shape)):<26}{tiles:>7}{n:>5}{r:>5}{g:>4}{r * g:>7}{before:>8}{after:>8}"
               f"{ideal / before:>12.3f}{ideal / after:>11.3f}{before / after:>7.3f}{measured:>10.3f}"
               f"{measured * before / after:>10.3f}")
