@@ -1381,6 +1381,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 // consumer has staged the piece; lets the copy engine add it; frees the staging tiles once the
 // copy has read them; and once the add is complete, passes the turn on. The lab notes say why
 // each fence is there and why no block can wait forever.
+// excerpt: dq-writer
 template <class Config>
 __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, int consumer, float* dq_accumulator,
                                                   float* ds_rowsum, uint32_t* dq_semaphores) {
@@ -1414,6 +1415,7 @@ __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, in
         store_release_gpu(semaphore, turn + 1);
     }
 }
+// end excerpt
 
 // Deterministic mode: the block's (head, key block) comes from the number of blocks that
 // started before it, not from blockIdx.x: the claimed indices are always 0 .. n - 1 for the n

@@ -60,6 +60,7 @@ struct DqOrder {
         const int tile = walk_start(b) + step;
         return rotate && tile >= q_tiles ? tile - q_tiles : tile;
     }
+    // excerpt: dq-turn
     DQ_ORDER_FN int chain_of(int b) const { return b % chains; }
     // Block b's place in tile t's chain (its own of `chains`): how many blocks of its chain add
     // into t before it. Counted over every block, the place is r; the blocks before b are the
@@ -81,6 +82,7 @@ struct DqOrder {
         const int wrapped = b + r - kv_tiles, residue = b % chains;
         return uint32_t((kv_tiles - 1 - b) / chains + (wrapped >= residue ? (wrapped - residue) / chains + 1 : 0));
     }
+    // end excerpt
     // The key block of the block that claimed `index` within its head (0 = the first to start).
     DQ_ORDER_FN int key_block_of_claim(int index) const { return causal ? kv_tiles - 1 - index : index; }
 };
