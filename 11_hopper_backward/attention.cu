@@ -557,7 +557,7 @@ struct DeterministicSums {
     float* chain_dq;
     float* chain_rowsum[2];
     bool rotate;              // DqOrder::rotate: every block of a head fits on the GPU at once
-    int chains;               // DqOrder::chains
+    int chains = 1;           // DqOrder::chains (1 in the default mode too, where nothing reads it)
 };
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
