@@ -22,6 +22,7 @@
 #include "attention.h"
 #include "cuda_check.h"
 #include "hopper.cuh"
+#include "divisor.h"
 #include "split_plan.h"
 #include "ptx.cuh"
 #include "timeline.cuh"
@@ -95,6 +96,22 @@ constexpr int SCHEDULE_SLOTS = 4;  // work tiles announced ahead of the consumer
 
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+// excerpt: tile-order
+// The divisors of the grid order (work_tile): work tiles per group of heads, heads per group
+// (the last group may have fewer), and a split work tile's parts, with the parts' K/V tiles
+// worked out once (n / parts and n mod parts, split_plan.h's part_begin).
+struct TileOrder {
+    Divisor group_tiles, group_heads, last_group_heads, parts;
+    int last_group, part_kv_tiles, part_extra;
+};
+inline TileOrder make_tile_order(int batch_heads, int group_heads, int q_tiles, int parts, int kv_tiles) {
+    const int groups = ceil_div(batch_heads, group_heads);
+    return TileOrder{make_divisor(group_heads * q_tiles), make_divisor(group_heads),
+                     make_divisor(batch_heads - (groups - 1) * group_heads), make_divisor(parts),
+                     groups - 1, kv_tiles / parts, kv_tiles % parts};
+}
+// end excerpt
+
 // excerpt: work-tile
 // A work tile: BLOCK_Q query rows of one (batch, head), and how many K/V tiles it reads.
 // kv_tiles == 0 says that the block has no more work.
@@ -109,15 +126,15 @@ struct WorkTile {
 // Work tile number `tile` in stage 06's grid order: heads in L2-sized groups, the longest causal
 // tiles first inside a group.
 template <class Config>
-__device__ __forceinline__ WorkTile work_tile(int tile, int batch_heads, int group_heads, int q_tiles,
-                                              int len_kv, bool causal) {
-    const int group_tiles = group_heads * q_tiles;
-    const int group = tile / group_tiles;
-    const int first_head = group * group_heads;
-    const int heads_in_group = min(group_heads, batch_heads - first_head);
-    const int rank = tile - group * group_tiles;
-    const int q_block = q_tiles - 1 - rank / heads_in_group;
-    WorkTile work{first_head + rank % heads_in_group, q_block * Config::BLOCK_Q,
+__device__ __forceinline__ WorkTile work_tile(int tile, const TileOrder& order, int q_tiles, int len_kv,
+                                              bool causal) {
+    const int group = order.group_tiles.divide(tile);
+    const int first_head = group * order.group_heads.value;
+    const Divisor heads_in_group = group == order.last_group ? order.last_group_heads : order.group_heads;
+    const int rank = tile - group * order.group_tiles.value;
+    const int q_rank = heads_in_group.divide(rank);  // rank / heads_in_group
+    const int q_block = q_tiles - 1 - q_rank;
+    WorkTile work{first_head + rank - q_rank * heads_in_group.value, q_block * Config::BLOCK_Q,
                   ceil_div(len_kv, Config::BLOCK_KV), 0, WHOLE};
     // Causal: keys past the tile's last row are masked for every row of it, skip their tiles.
     if (causal) work.kv_tiles = min(work.kv_tiles, ceil_div(work.q_start + Config::BLOCK_Q, Config::BLOCK_KV));
@@ -139,16 +156,16 @@ __device__ __forceinline__ WorkTile work_tile(int tile, int batch_heads, int gro
 template <class Config>
 constexpr bool splits = Config::HEAD_DIM == 64;
 template <class Config>
-__device__ __forceinline__ WorkTile work_item(int item, int items, int whole, int parts, int batch_heads,
-                                              int group_heads, int q_tiles, int len_kv, bool causal) {
+__device__ __forceinline__ WorkTile work_item(int item, int items, int whole, const TileOrder& order,
+                                              int q_tiles, int len_kv, bool causal) {
     if (item >= items) return WorkTile{0, 0, 0, 0, WHOLE};  // no more work
-    if (!splits<Config> || item < whole)
-        return work_tile<Config>(item, batch_heads, group_heads, q_tiles, len_kv, causal);
+    if (!splits<Config> || item < whole) return work_tile<Config>(item, order, q_tiles, len_kv, causal);
     const int j = item - whole;
-    WorkTile work = work_tile<Config>(whole + j / parts, batch_heads, group_heads, q_tiles, len_kv, false);
-    const int part = j % parts, n = work.kv_tiles;
-    work.kv_begin = part_begin(part, parts, n);
-    work.kv_tiles = part_begin(part + 1, parts, n) - work.kv_begin;
+    const int split_tile = order.parts.divide(j);
+    WorkTile work = work_tile<Config>(whole + split_tile, order, q_tiles, len_kv, false);
+    const int part = j - split_tile * order.parts.value;
+    work.kv_begin = part_begin_of(part, order.part_kv_tiles, order.part_extra);
+    work.kv_tiles = part_begin_of(part + 1, order.part_kv_tiles, order.part_extra) - work.kv_begin;
     work.part = j;
     return work;
 }
@@ -170,9 +187,9 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                                  const __grid_constant__ CUtensorMap v_map,
                                  const __grid_constant__ CUtensorMap o_map, float* __restrict__ lse,
                                  int* __restrict__ tile_counter, float* __restrict__ split_o,
-                                 float* __restrict__ split_lse, int batch_heads, int group_heads,
-                                 int len_q, int len_kv, int q_tiles, int total_tiles, int whole_tiles,
-                                 int parts, float scale, bool causal) {
+                                 float* __restrict__ split_lse, const TileOrder order, int len_q,
+                                 int len_kv, int q_tiles, int total_tiles, int whole_tiles, float scale,
+                                 bool causal) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, CONSUMERS = Config::CONSUMERS;
     constexpr int BLOCK_KV = Config::BLOCK_KV, STAGES = Config::STAGES, SLABS = Config::SLABS;
     constexpr int O_BUFFERS = Config::O_BUFFERS;
@@ -230,6 +247,12 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         for (int buffer = 0; buffer < O_BUFFERS; ++buffer) mbarrier_init(&o_full[buffer], 128);
         fence_barrier_init();
     }
+    // excerpt: first-work
+    // The block's first work tile, worked out by the storer's thread while thread 0 sets up the
+    // barriers, and left in the schedule's first slot, where the loader finds it.
+    if (threadIdx.x == 32)
+        schedule[0] = work_item<Config>(int(blockIdx.x), total_tiles, whole_tiles, order, q_tiles, len_kv, causal);
+    // end excerpt
     __syncthreads();
 
     // excerpt: next-work
@@ -273,8 +296,8 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             int tile = int(blockIdx.x), load = 0;
             for (int round = 0;; ++round) {
                 const int slot = round % SCHEDULE_SLOTS;
-                const WorkTile work = work_item<Config>(tile, total_tiles, whole_tiles, parts, batch_heads,
-                                                        group_heads, q_tiles, len_kv, causal);
+                const WorkTile work = round == 0 ? schedule[0]  // worked out before the barrier (first-work)
+                                                 : work_item<Config>(tile, total_tiles, whole_tiles, order, q_tiles, len_kv, causal);
                 mbarrier_wait(&schedule_empty[slot], uint32_t((round / SCHEDULE_SLOTS + 1) % 2));
                 schedule[slot] = work;
                 mbarrier_arrive(&schedule_full[slot]);
@@ -715,17 +738,18 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
 template <class Config>
 __global__ void __launch_bounds__(128)
 merge_parts_kernel(const float* __restrict__ split_o, const float* __restrict__ split_lse,
-                   bf16* __restrict__ o, float* __restrict__ lse, int batch_heads, int group_heads,
-                   int len_q, int len_kv, int q_tiles, int whole_tiles, int parts) {
+                   bf16* __restrict__ o, float* __restrict__ lse, const TileOrder order, int len_q,
+                   int len_kv, int q_tiles, int whole_tiles) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q;
     constexpr int ROW_THREADS = HEAD_DIM / 4;
     const int split_tile = int(blockIdx.x);
     const int tile_row = int(blockIdx.y) * (128 / ROW_THREADS) + int(threadIdx.x) / ROW_THREADS;
     const int column = int(threadIdx.x) % ROW_THREADS * 4;
     const WorkTile work =
-        work_tile<Config>(whole_tiles + split_tile, batch_heads, group_heads, q_tiles, len_kv, false);
+        work_tile<Config>(whole_tiles + split_tile, order, q_tiles, len_kv, false);
     const int row = work.q_start + tile_row;
     if (tile_row >= BLOCK_Q || row >= len_q) return;
+    const int parts = order.parts.value;
     const int64_t first = int64_t(split_tile) * parts;
     float max_lse = -INFINITY;
     for (int p = 0; p < parts; ++p) max_lse = fmaxf(max_lse, split_lse[(first + p) * BLOCK_Q + tile_row]);
@@ -865,7 +889,8 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     float* split_o = plan.split() ? workspace.as<float>() : nullptr;
     const size_t split_o_floats = size_t(plan.split_tiles) * plan.parts * Config::BLOCK_Q * Config::HEAD_DIM;
     float* split_lse = plan.split() ? split_o + split_o_floats : nullptr;
-    const int group_heads = heads_per_l2_group(shape);
+    const TileOrder order = make_tile_order(batch_heads, heads_per_l2_group(shape), q_tiles, plan.parts,
+                                            ceil_div(shape.len_kv, Config::BLOCK_KV));
     const CUtensorMap q_map = make_tensor_map(q, batch_heads, shape.len_q, Config::HEAD_DIM, 64);
     const CUtensorMap k_map = make_tensor_map(k, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
     const CUtensorMap v_map = make_tensor_map(v, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
@@ -875,15 +900,13 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
                                     int(Config::SHARED_BYTES)));
     kernel<<<unsigned(blocks), Config::THREADS, Config::SHARED_BYTES, stream>>>(
         q_map, k_map, v_map, o_map, lse, counted ? workspace.as<int>() : nullptr, split_o, split_lse,
-        batch_heads, group_heads, shape.len_q, shape.len_kv, q_tiles, int(items), plan.whole, plan.parts,
-        shape.softmax_scale(), shape.causal);
+        order, shape.len_q, shape.len_kv, q_tiles, int(items), plan.whole, shape.softmax_scale(), shape.causal);
     CUDA_CHECK_LAUNCH();
     if (plan.split()) {
         constexpr int ROWS_PER_BLOCK = 128 / (Config::HEAD_DIM / 4);
         const dim3 merge_grid(unsigned(plan.split_tiles), unsigned(ceil_div(Config::BLOCK_Q, ROWS_PER_BLOCK)));
         merge_parts_kernel<Config><<<merge_grid, 128, 0, stream>>>(
-            split_o, split_lse, o, lse, batch_heads, group_heads, shape.len_q, shape.len_kv, q_tiles, plan.whole,
-            plan.parts);
+            split_o, split_lse, o, lse, order, shape.len_q, shape.len_kv, q_tiles, plan.whole);
         CUDA_CHECK_LAUNCH();
     }
 }

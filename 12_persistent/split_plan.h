@@ -44,9 +44,11 @@ constexpr int last_round_kv_tiles(int r, int g, int sms, int n) {
 // The first K/V tile of part p of g of a work tile's n (the kernel's work_item and the host
 // tests): the parts cover 0 .. n - 1 in order, the first n mod g of them one K/V tile longer
 // than floor(n / g) (in int: p floor(n / g) <= n).
-SPLIT_PLAN_HOST_DEVICE constexpr int part_begin(int p, int g, int n) {
-    return p * (n / g) + (p < n % g ? p : n % g);
+// The kernel's form takes floor(n / g) and n mod g, worked out once on the host (TileOrder).
+SPLIT_PLAN_HOST_DEVICE constexpr int part_begin_of(int p, int quotient, int remainder) {
+    return p * quotient + (p < remainder ? p : remainder);
 }
+SPLIT_PLAN_HOST_DEVICE constexpr int part_begin(int p, int g, int n) { return part_begin_of(p, n / g, n % g); }
 
 // excerpt: plan-split
 // T work tiles of n K/V tiles each on S SMs: the g from 1 to n / 2 (every part at least two

@@ -7,6 +7,10 @@
 // outputs, nothing written past their ends.
 #include "test_support.h"
 
+#include <climits>
+#include <cstdint>
+
+#include "divisor.h"
 #include "split_plan.h"
 
 namespace {
@@ -131,7 +135,7 @@ TEST_CASE("12: the split of the last round") {
             CHECK(plan.whole % 132 == 0);
             CHECK(plan.split_tiles == (tiles >= 132 ? tiles % 132 : tiles));
             CHECK(n / plan.parts >= 2);
-            // The parts' K/V ranges (the kernel's part_begin) tile 0 .. n - 1 in order.
+            // The parts' K/V ranges (part_begin, through the kernel's part_begin_of) tile 0 .. n - 1 in order.
             CHECK(part_begin(0, plan.parts, n) == 0);
             CHECK(part_begin(plan.parts, plan.parts, n) == n);
             for (int p = 0; p < plan.parts; ++p)
@@ -140,6 +144,40 @@ TEST_CASE("12: the split of the last round") {
             CHECK(after * 100 <= (100 - SPLIT_MARGIN_PERCENT) * n);
             CHECK((n - after) * 1000 >= SPLIT_MIN_GAIN_PERMILLE * ((tiles + 131) / 132) * n);
         }
+}
+
+TEST_CASE("12: Divisor: n / d as a multiply-high, an add and a shift, for 0 <= n < 2^31") {
+    // Every divisor up to 2,000 and those next to each power of two up to 2^30, and INT_MAX; the
+    // dividends around multiples of the divisor (where a quotient steps), the ends of the range,
+    // and pseudo-random ones. The kernel's divide() is the same expression with __umulhi.
+    std::vector<int> divisors;
+    for (int d = 1; d <= 2000; ++d) divisors.push_back(d);
+    for (int k = 11; k <= 30; ++k)
+        for (int64_t d : {(int64_t(1) << k) - 1, int64_t(1) << k, (int64_t(1) << k) + 1}) divisors.push_back(int(d));
+    divisors.push_back(INT_MAX);
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    int64_t checked = 0, wrong = 0;
+    for (const int d : divisors) {
+        const Divisor divisor = make_divisor(d);
+        std::vector<int64_t> dividends = {0, 1, d - 1, d, int64_t(d) + 1, INT_MAX, INT_MAX - 1, INT_MAX / d * int64_t(d),
+                                          INT_MAX / d * int64_t(d) - 1};
+        for (int64_t q : {2, 3, 7, 1000, 65537})
+            for (int64_t delta : {-1, 0, 1}) dividends.push_back(q * d + delta);
+        for (int i = 0; i < 64; ++i) {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            dividends.push_back(int64_t(state >> 33));  // 31 bits
+        }
+        for (const int64_t n : dividends) {
+            if (n < 0 || n > INT_MAX) continue;
+            ++checked;
+            if (divisor.divide(int(n)) != int(n / d)) {
+                if (wrong++ == 0) FAIL_CHECK("divide(" << n << ") by " << d << " = " << divisor.divide(int(n)));
+            }
+        }
+    }
+    INFO(checked, " divisions checked");
+    CHECK(wrong == 0);
+    CHECK(checked > 100000);
 }
 
 GPU_TEST_CASE("12: split last round: parts along K/V merged by log-sum-exp") {
