@@ -2,7 +2,9 @@
 """Do two benchmark runs tell the same story? Compares the ratios the course prints, every BF16
 stage against cuDNN and against FlashAttention-2 (torch_cudnn, torch_flash), forward and
 backward, at every shape both runs timed, and prints how far the second run's ratio is from the
-first's. issue 25's target: within 3% at every shape the README and the chapters quote.
+first's. The course's target: within 3% at every shape the README and the chapters quote, for
+two runs back to back on one machine. Each run's system.txt (beside its results.csv) names the
+GPU by its UUID; the report says whether both runs timed the same one.
 
 usage: compare_runs.py FIRST SECOND [--tolerance 0.03] [--out FILE]
   FIRST, SECOND: a results.csv or a folder holding one (bench/results/<gpu>/...).
@@ -23,6 +25,37 @@ BASELINES = ["torch_cudnn", "torch_flash"]
 
 def results_path(path):
     return os.path.join(path, "results.csv") if os.path.isdir(path) else path
+
+
+def gpu_uuids(path):
+    """The GPU UUIDs in the nvidia-smi table of the run's system.txt; None where there is none
+    (a run from before system.txt recorded them, or a bare CSV)."""
+    folder = os.path.dirname(results_path(path)) or "."
+    try:
+        lines = open(os.path.join(folder, "system.txt")).read().splitlines()
+    except OSError:
+        return None
+    header = next((i for i, line in enumerate(lines) if line.strip().startswith("index,")), None)
+    if header is None:
+        return None
+    columns = [c.strip() for c in lines[header].split(",")]
+    if "uuid" not in columns:
+        return None
+    uuids = []
+    for line in lines[header + 1:]:
+        if not line.startswith("  ") or line.strip().count(",") != len(columns) - 1:
+            break
+        uuids.append(line.split(",")[columns.index("uuid")].strip())
+    return uuids or None
+
+
+def same_gpu_line(first, second):
+    a, b = gpu_uuids(first), gpu_uuids(second)
+    if a is None or b is None:
+        return "GPU: not recorded by both runs (system.txt without a uuid column)"
+    if a == b:
+        return "GPU: the same in both runs (" + ", ".join(a) + ")"
+    return "GPU: DIFFERENT (first " + ", ".join(a) + "; second " + ", ".join(b) + ")"
 
 
 def ratios(rows):
@@ -58,6 +91,7 @@ def main():
     outside = [k for k in common if abs(changes[k]) > arguments.tolerance]
     lines = [f"first:  {results_path(arguments.first)}",
              f"second: {results_path(arguments.second)}",
+             same_gpu_line(arguments.first, arguments.second),
              f"{len(common)} ratios (BF16 stage vs {' and '.join(BASELINES)}, per shape and pass) "
              f"in both runs; second / first - 1: median {statistics.median(changes.values()):+.2%}"
              f", largest {max(changes.values(), key=abs):+.2%}; "

@@ -138,7 +138,7 @@ stage_list=$(IFS=,; echo "${suites[*]}")
     echo "commit: $COMMIT"
     echo "gpu (the CUDA device benchmarked): $GPU"
     echo "nvidia-smi:"
-    nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,persistence_mode \
+    nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,persistence_mode \
         --format=csv 2>/dev/null | sed 's/^/  /' || echo "  (nvidia-smi not available)"
     echo "cuda driver: $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' || echo unknown)"
     echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' || echo unknown)"

@@ -213,6 +213,35 @@ class CompareRuns(unittest.TestCase):
         self.assertEqual(self.compare(0.21), 1)
 
 
+class RunGpu(unittest.TestCase):
+    """compare_runs.py names the GPU of each run from its system.txt's nvidia-smi table."""
+
+    TABLE = ("nvidia-smi:\n"
+             "  index, name, uuid, pci.bus_id, driver_version\n"
+             "  0, NVIDIA H100 80GB HBM3, {uuid}, 00000000:00:06.0, 580.159.04\n"
+             "cuda driver: CUDA Version: 13.0\n")
+
+    def line(self, first_uuid, second_uuid):
+        with tempfile.TemporaryDirectory() as folder:
+            runs = []
+            for name, uuid in (("first", first_uuid), ("second", second_uuid)):
+                os.mkdir(os.path.join(folder, name))
+                if uuid is not None:
+                    with open(os.path.join(folder, name, "system.txt"), "w") as out:
+                        out.write("date: now\n" + self.TABLE.format(uuid=uuid))
+                runs.append(os.path.join(folder, name, "results.csv"))
+            return compare_runs.same_gpu_line(*runs)
+
+    def test_the_same_gpu(self):
+        self.assertEqual(self.line("GPU-a", "GPU-a"), "GPU: the same in both runs (GPU-a)")
+
+    def test_different_gpus(self):
+        self.assertIn("DIFFERENT (first GPU-a; second GPU-b)", self.line("GPU-a", "GPU-b"))
+
+    def test_a_run_without_system_txt(self):
+        self.assertIn("not recorded", self.line("GPU-a", None))
+
+
 class LeftOut(unittest.TestCase):
     def test_fp32_is_left_out_at_d128_n16384_only(self):
         long128 = driver.Shape(1, 32, 16384, 16384, 128, 0)
