@@ -12,11 +12,7 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
     the order rotated by one place per turn and reversed every other turn, until each has
     TIMED_SECONDS of timed calls (POWER_TIMED_SECONDS for calls of POWER_CALL_MS or more) and
     MIN_CALLS calls (or MAX_TIMED_SECONDS, or MAX_CALLS; a call of LONG_CALL_MS or more stops at
-    LONG_MIN_CALLS calls or LONG_MAX_TIMED_SECONDS); a call's length is read from the median of
-    its timed calls once there are five (the untimed call can carry a one-time cost). An
-    implementation whose window is full keeps taking its slices until the last one of the
-    group is done (calls of LONG_CALL_MS or more excepted), so that no implementation is timed
-    alone at the end, when the others have stopped and it meets the power limit by itself.
+    LONG_MIN_CALLS calls or LONG_MAX_TIMED_SECONDS).
     An H100 under load swings its clock by several percent every 100-200 ms: slices much
     shorter than that, spread over seconds, give every implementation the same mix of fast and
     slow moments, so a ratio of two of them does not depend on which moments each one got;
@@ -364,22 +360,12 @@ class Resident:
         self.times = []         # every timed call, ms
         self.slices = []        # each slice's median, ms
 
-    def typical_ms(self):
-        """A call's time as the rule reads it: the median of the timed calls once there are a
-        few, else the second untimed call's (which can carry a one-time cost: a library's
-        plan, a lazy allocation)."""
-        return statistics.median(self.times) if len(self.times) >= 5 else self.gpu_ms
-
-    def long_call(self):
-        return self.typical_ms() >= LONG_CALL_MS
-
     def done(self):
         timed_ms = sum(self.times)
-        typical_ms = self.typical_ms()
-        long_call = typical_ms >= LONG_CALL_MS
+        long_call = self.gpu_ms >= LONG_CALL_MS
         min_calls = LONG_MIN_CALLS if long_call else MIN_CALLS
         max_seconds = LONG_MAX_TIMED_SECONDS if long_call else MAX_TIMED_SECONDS
-        window = POWER_TIMED_SECONDS if POWER_CALL_MS <= typical_ms < LONG_CALL_MS else TIMED_SECONDS
+        window = POWER_TIMED_SECONDS if POWER_CALL_MS <= self.gpu_ms < LONG_CALL_MS else TIMED_SECONDS
         return (len(self.times) >= MAX_CALLS or timed_ms >= max_seconds * 1e3
                 or (timed_ms >= window * 1e3 and len(self.times) >= min_calls))
 
@@ -491,16 +477,6 @@ def guarded(torch, impl):
             raise Skip(baselines.refusal_reason(caught) or baselines.first_line(error))
 
 
-def members_in_turn(residents):
-    """The members that take a slice in the next turn: none once every one is done; else every
-    one, done or not, so that the calls of each member span the same moments of the clock (a
-    member left to run alone at the end would meet the power limit alone), except a done member
-    of calls of LONG_CALL_MS or more, which stops at its own count."""
-    if all(r.done() for r in residents):
-        return []
-    return [r for r in residents if not r.done() or not r.long_call()]
-
-
 def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
     """Makes the group's members, (implementation, pass) pairs, resident, then times them in
     turns of slices."""
@@ -516,10 +492,9 @@ def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
                 gc.collect()  # the exception's frames may hold this shape's tensors
         turn, started = 0, time.perf_counter()
         while True:
-            running = members_in_turn(residents)
-            if not running:
+            waiting = [r for r in residents if not r.done()]
+            if not waiting:
                 break
-            waiting = [r for r in running if not r.done()]
             if time.perf_counter() - started > STEP_LIMIT_SECONDS:
                 raise SystemExit(
                     f"driver.py: {shape.describe()} still timing after "
@@ -527,11 +502,11 @@ def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
                         f"{member_key(r.impl, r.pass_name)} gpu {r.gpu_ms:.4g} ms issue "
                         f"{r.issue_seconds * 1e3:.4g} ms {len(r.times)} calls "
                         f"{sum(r.times):.4g} ms" for r in waiting))
-            shift = turn % len(running)
-            order = running[shift:] + running[:shift]
+            shift = turn % len(waiting)
+            order = waiting[shift:] + waiting[:shift]
             for resident in (order[::-1] if turn % 2 else order):
                 # A slice's worth of calls, but no more than MAX_CALLS spread over the turns.
-                calls = max(1, math.ceil(SLICE_SECONDS * 1e3 / max(resident.typical_ms(), 1e-3)))
+                calls = max(1, math.ceil(SLICE_SECONDS * 1e3 / max(resident.gpu_ms, 1e-3)))
                 calls = min(calls, math.ceil(MAX_CALLS * SLICE_SECONDS / TIMED_SECONDS),
                             max(1, MAX_CALLS - len(resident.times)))
                 with guarded(torch, resident.impl):
@@ -627,8 +602,7 @@ def method():
             f"({POWER_TIMED_SECONDS:g} s for calls of {POWER_CALL_MS:g} ms or more) and "
             f"{MIN_CALLS} calls (at most {MAX_TIMED_SECONDS:g} s or {MAX_CALLS} calls; calls of "
             f"{LONG_CALL_MS:g} ms or more: {LONG_MIN_CALLS} calls, at most "
-            f"{LONG_MAX_TIMED_SECONDS:g} s), every implementation timed until the group's last is "
-            f"done (calls of {LONG_CALL_MS:g} ms or more at their own count); "
+            f"{LONG_MAX_TIMED_SECONDS:g} s); "
             f"host-bound calls behind a GPU sleep; implementations beyond "
             f"{HEAVY_BYTES >> 30} GiB of workspace alone; median over calls")
 

@@ -305,23 +305,6 @@ class TimedWindow(unittest.TestCase):
         self.assertFalse(self.resident(22.0, calls - 1).done())
         self.assertTrue(self.resident(22.0, calls).done())
 
-    def test_a_slow_untimed_call_does_not_shorten_the_window(self):
-        # A library's second untimed call can carry a one-time cost (30 ms here) while its
-        # calls take 5 ms: the window is read from the timed calls, the power-limit one.
-        resident = self.resident(5.0, 64)
-        resident.gpu_ms = 30.0
-        self.assertFalse(resident.long_call())
-        self.assertFalse(resident.done())
-        resident.times = [5.0] * math.ceil(driver.POWER_TIMED_SECONDS * 1e3 / 5.0)
-        self.assertTrue(resident.done())
-
-    def test_done_members_keep_their_turns_until_the_last_is_done(self):
-        done, waiting = self.resident(1.0, 600), self.resident(5.0, 10)
-        long_done = self.resident(driver.LONG_CALL_MS, driver.LONG_MIN_CALLS)
-        self.assertTrue(done.done() and long_done.done() and not waiting.done())
-        self.assertEqual(driver.members_in_turn([done, waiting, long_done]), [done, waiting])
-        self.assertEqual(driver.members_in_turn([done, long_done]), [])
-
     def test_long_calls_stop_sooner(self):
         long_ms = driver.LONG_CALL_MS
         self.assertFalse(self.resident(long_ms, driver.LONG_MIN_CALLS - 1).done())
