@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Replays bench/driver.py's turns on a committed run's times, without a GPU: for each group of
+implementations timed together (one shape and pass, the heavy ones left out as the driver
+leaves them out), every member's call is taken to last its row's median_ms, and the turns are
+played by a rule until every member is done by the driver's own Resident.done() constants.
+
+Rules:
+  now        the driver's: a member takes ceil(SLICE_SECONDS / call) calls a turn and stops when
+             its own window is full;
+  equal      every member takes about the same time a turn: round(T / call) calls, T the longest
+             call of the group below LONG_CALL_MS (at least SLICE_SECONDS); each stops when full;
+  equal+keep as equal, and a member that is done keeps its turns until the last is done (calls of
+             LONG_CALL_MS or more excepted).
+
+It prints the seconds of timed calls each rule spends over the whole run (the run's length is
+that plus issue, sleeps and set-up), and for each rule the groups whose last member ends
+furthest after the one before it (the share of the group's turns its last member runs alone,
+against a clock that keeps moving), with every member's last turn for two groups named on the
+command line. A model: real calls vary, and the driver reads the first call's length from an
+untimed call.
+
+usage: schedule_replay.py RESULTS.csv [--show B,H,Lq,Lk,D,causal,fwd|bwd ...]
+"""
+
+import argparse
+import collections
+import csv
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import driver as D  # noqa: E402
+
+HEAVY = {"00_naive", "cublas_fp32", "cublas_bf16", "torch_math", "torch_eager"}  # timed alone
+
+
+def rule_of(call_ms):
+    long_call = call_ms >= D.LONG_CALL_MS
+    min_calls = D.LONG_MIN_CALLS if long_call else D.MIN_CALLS
+    max_seconds = D.LONG_MAX_TIMED_SECONDS if long_call else D.MAX_TIMED_SECONDS
+    window = D.POWER_TIMED_SECONDS if D.POWER_CALL_MS <= call_ms < D.LONG_CALL_MS else D.TIMED_SECONDS
+    return long_call, min_calls, max_seconds, window
+
+
+def replay(calls_ms, rule):
+    """(seconds of timed calls, each member's last turn)"""
+    n = len(calls_ms)
+    timed, count, last = [0.0] * n, [0] * n, [0] * n
+
+    def done(i):
+        _, min_calls, max_seconds, window = rule_of(calls_ms[i])
+        return (count[i] >= D.MAX_CALLS or timed[i] >= max_seconds * 1e3
+                or (timed[i] >= window * 1e3 and count[i] >= min_calls))
+
+    short = [t for t in calls_ms if t < D.LONG_CALL_MS]
+    turn_ms = max([D.SLICE_SECONDS * 1e3] + short)
+    turn = 0
+    while not all(done(i) for i in range(n)):
+        if rule == "equal+keep":
+            running = [i for i in range(n) if not done(i) or calls_ms[i] < D.LONG_CALL_MS]
+        else:
+            running = [i for i in range(n) if not done(i)]
+        for i in running:
+            if rule == "now":
+                calls = max(1, math.ceil(D.SLICE_SECONDS * 1e3 / calls_ms[i]))
+            else:
+                calls = max(1, round(turn_ms / calls_ms[i]))
+            calls = min(calls, math.ceil(D.MAX_CALLS * D.SLICE_SECONDS / D.TIMED_SECONDS),
+                        max(1, D.MAX_CALLS - count[i]))
+            count[i] += calls
+            timed[i] += calls * calls_ms[i]
+            last[i] = turn + 1
+        turn += 1
+    return sum(timed) / 1e3, last
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("results")
+    parser.add_argument("--show", action="append", default=[])
+    arguments = parser.parse_args()
+    groups = collections.defaultdict(list)
+    for row in csv.DictReader(open(arguments.results)):
+        if row["status"] != "ok" or row["stage"] in HEAVY:
+            continue
+        step = "fwd" if row["pass"] == "fwd" else "bwd"
+        key = ",".join([row["batch"], row["heads"], row["len_q"], row["len_kv"], row["head_dim"],
+                        row["causal"], step])
+        groups[(row["dtype"], key)].append((row["stage"] + ("/" + row["pass"] if row["pass"] == "bwd_det" else ""),
+                                            float(row["median_ms"])))
+    rules = ["now", "equal", "equal+keep"]
+    print(f"replay of {arguments.results}: {len(groups)} groups (heavy implementations left out)")
+    for rule in rules:
+        total = sum(replay([t for _, t in members], rule)[0] for members in groups.values())
+        print(f"  {rule:11s} {total:7.1f} s of timed calls")
+    for rule in rules:
+        tails = []
+        for (dtype, key), members in groups.items():
+            if dtype != "bf16" or len(members) < 2:
+                continue
+            last = sorted(replay([t for _, t in members], rule)[1])
+            tails.append(((last[-1] - last[-2]) / last[-1], key))
+        tails.sort(reverse=True)
+        print(f"{rule}: BF16 groups whose last member runs alone longest (share of the group's turns)")
+        for share, key in tails[:4]:
+            print(f"  {key:28s} {share:.2f}")
+    for key in arguments.show:
+        members = groups.get(("bf16", key))
+        if not members:
+            print(f"{key}: no such BF16 group")
+            continue
+        print(f"{key}: each member's last turn (call ms)")
+        for rule in rules:
+            last = replay([t for _, t in members], rule)[1]
+            print(f"  {rule:11s} " + ", ".join(f"{name} {turn} ({t:.3g})"
+                                               for (name, t), turn in zip(members, last)))
+
+
+if __name__ == "__main__":
+    main()
