@@ -10,10 +10,19 @@ Rules:
   equal      every member takes about the same time a turn: round(T / call) calls, T the longest
              call of the group below LONG_CALL_MS (at least SLICE_SECONDS); each stops when full;
   equal+keep as equal, and a member that is done keeps its turns until the last is done (calls of
-             LONG_CALL_MS or more excepted).
+             LONG_CALL_MS or more excepted);
+  credit     short turns with equal time on average: each member gains SLICE_SECONDS of credit a
+             turn and issues the calls it covers (round(credit / call), none when that is 0),
+             keeping the rest;
+  credit+window  as credit, with one window for the group: the longest of its members' windows
+             (a member of calls under POWER_CALL_MS fills POWER_TIMED_SECONDS when another fills
+             it), so that members on either side of POWER_CALL_MS stop together.
 
 It prints the seconds of timed calls each rule spends over the whole run (the run's length is
-that plus issue, sleeps and set-up), and for each rule the groups whose last member ends
+that plus issue, sleeps and set-up), how finely each rule interleaves (over the BF16 groups, the
+fewest turns any member's calls are spread over, and the longest block of calls one member
+issues in a turn: the clock swings over 100-200 ms, so a member needs many short blocks for its
+median to see the same clock as the others'), and for each rule the groups whose last member ends
 furthest after the one before it (the share of the group's turns its last member runs alone,
 against a clock that keeps moving), with every member's last turn for two groups named on the
 command line. A model: real calls vary, and the driver reads the first call's length from an
@@ -43,13 +52,19 @@ def rule_of(call_ms):
     return long_call, min_calls, max_seconds, window
 
 
-def replay(calls_ms, rule):
-    """(seconds of timed calls, each member's last turn)"""
+def replay(calls_ms, rule, stats=None):
+    """(seconds of timed calls, each member's last turn); stats, a dict, gets each member's
+    number of turns with calls and its longest block of calls in one turn (ms)."""
     n = len(calls_ms)
     timed, count, last = [0.0] * n, [0] * n, [0] * n
+    credit, turns_with_calls, block = [0.0] * n, [0] * n, [0.0] * n
+    group_window = max(rule_of(t)[3] for t in calls_ms if t < D.LONG_CALL_MS) if any(
+        t < D.LONG_CALL_MS for t in calls_ms) else D.TIMED_SECONDS
 
     def done(i):
-        _, min_calls, max_seconds, window = rule_of(calls_ms[i])
+        long_call, min_calls, max_seconds, window = rule_of(calls_ms[i])
+        if rule == "credit+window" and not long_call:
+            window = group_window
         return (count[i] >= D.MAX_CALLS or timed[i] >= max_seconds * 1e3
                 or (timed[i] >= window * 1e3 and count[i] >= min_calls))
 
@@ -64,14 +79,25 @@ def replay(calls_ms, rule):
         for i in running:
             if rule == "now":
                 calls = max(1, math.ceil(D.SLICE_SECONDS * 1e3 / calls_ms[i]))
+            elif rule.startswith("credit"):
+                credit[i] += D.SLICE_SECONDS * 1e3
+                calls = round(credit[i] / calls_ms[i])
             else:
                 calls = max(1, round(turn_ms / calls_ms[i]))
             calls = min(calls, math.ceil(D.MAX_CALLS * D.SLICE_SECONDS / D.TIMED_SECONDS),
                         max(1, D.MAX_CALLS - count[i]))
+            if rule.startswith("credit"):
+                credit[i] -= calls * calls_ms[i]
+            if calls == 0:
+                continue
             count[i] += calls
             timed[i] += calls * calls_ms[i]
             last[i] = turn + 1
+            turns_with_calls[i] += 1
+            block[i] = max(block[i], calls * calls_ms[i])
         turn += 1
+    if stats is not None:
+        stats["turns"], stats["block"] = turns_with_calls, block
     return sum(timed) / 1e3, last
 
 
@@ -90,11 +116,27 @@ def main():
                         row["causal"], step])
         groups[(row["dtype"], key)].append((row["stage"] + ("/" + row["pass"] if row["pass"] == "bwd_det" else ""),
                                             float(row["median_ms"])))
-    rules = ["now", "equal", "equal+keep"]
+    rules = ["now", "equal", "equal+keep", "credit", "credit+window"]
     print(f"replay of {arguments.results}: {len(groups)} groups (heavy implementations left out)")
     for rule in rules:
         total = sum(replay([t for _, t in members], rule)[0] for members in groups.values())
         print(f"  {rule:11s} {total:7.1f} s of timed calls")
+    print("interleaving over the BF16 groups (members of calls under LONG_CALL_MS):")
+    for rule in rules:
+        fewest, longest = None, 0.0
+        for (dtype, key), members in groups.items():
+            if dtype != "bf16" or len(members) < 2:
+                continue
+            stats = {}
+            replay([t for _, t in members], rule, stats)
+            for (name, t), turns, block in zip(members, stats["turns"], stats["block"]):
+                if t >= D.LONG_CALL_MS:
+                    continue
+                if fewest is None or turns < fewest[0]:
+                    fewest = (turns, name, key)
+                longest = max(longest, block)
+        print(f"  {rule:13s} fewest turns {fewest[0]} ({fewest[1]} at {fewest[2]}), "
+              f"longest block {longest:.1f} ms")
     for rule in rules:
         tails = []
         for (dtype, key), members in groups.items():
