@@ -32,7 +32,8 @@ def gpu_uuids(path):
     (a run from before system.txt recorded them, or a bare CSV)."""
     folder = os.path.dirname(results_path(path)) or "."
     try:
-        lines = open(os.path.join(folder, "system.txt")).read().splitlines()
+        with open(os.path.join(folder, "system.txt")) as system:
+            lines = system.read().splitlines()
     except OSError:
         return None
     header = next((i for i, line in enumerate(lines) if line.strip().startswith("index,")), None)

@@ -12,8 +12,9 @@ Rules:
   equal+keep as equal, and a member that is done keeps its turns until the last is done (calls of
              LONG_CALL_MS or more excepted);
   credit     short turns with equal time on average: each member gains SLICE_SECONDS of credit a
-             turn and issues the calls it covers (round(credit / call), none when that is 0),
-             keeping the rest;
+             turn and issues the calls it covers (round(credit / call), none when that is 0, one
+             at least for a call of LONG_CALL_MS or more), keeping the rest (a capped short
+             call's surplus up to one slice);
   credit+window  as credit, with one window for the group: the longest of its members' windows
              (a member of calls under POWER_CALL_MS fills POWER_TIMED_SECONDS when another fills
              it), so that members on either side of POWER_CALL_MS stop together.
@@ -82,12 +83,17 @@ def replay(calls_ms, rule, stats=None):
             elif rule.startswith("credit"):
                 credit[i] += D.SLICE_SECONDS * 1e3
                 calls = round(credit[i] / calls_ms[i])
+                if calls_ms[i] >= D.LONG_CALL_MS:
+                    calls = max(calls, 1)
             else:
                 calls = max(1, round(turn_ms / calls_ms[i]))
+            wanted = calls
             calls = min(calls, math.ceil(D.MAX_CALLS * D.SLICE_SECONDS / D.TIMED_SECONDS),
                         max(1, D.MAX_CALLS - count[i]))
             if rule.startswith("credit"):
                 credit[i] -= calls * calls_ms[i]
+                if calls < wanted:
+                    credit[i] = min(credit[i], D.SLICE_SECONDS * 1e3)
             if calls == 0:
                 continue
             count[i] += calls
