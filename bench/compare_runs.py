@@ -8,7 +8,8 @@ GPU by its UUID; the report says whether both runs timed the same one.
 
 usage: compare_runs.py FIRST SECOND [--tolerance 0.03] [--out FILE]
   FIRST, SECOND: a results.csv or a folder holding one (bench/results/<gpu>/...).
-Exit status 0 when every ratio agrees within the tolerance, 1 otherwise.
+Exit status 0 when every ratio agrees within the tolerance, 1 otherwise, and 1 when the two runs'
+system.txt name different GPUs (two GPUs are not one machine's runs back to back).
 """
 
 import argparse
@@ -48,6 +49,11 @@ def gpu_uuids(path):
             break
         uuids.append(line.split(",")[columns.index("uuid")].strip())
     return uuids or None
+
+
+def different_gpus(first, second):
+    a, b = gpu_uuids(first), gpu_uuids(second)
+    return a is not None and b is not None and a != b
 
 
 def same_gpu_line(first, second):
@@ -116,7 +122,7 @@ def main():
     if arguments.out:
         with open(arguments.out, "w") as out:
             out.write(text + "\n")
-    return 1 if outside else 0
+    return 1 if outside or different_gpus(arguments.first, arguments.second) else 0
 
 
 if __name__ == "__main__":

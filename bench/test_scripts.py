@@ -241,6 +241,17 @@ class RunGpu(unittest.TestCase):
     def test_a_run_without_system_txt(self):
         self.assertIn("not recorded", self.line("GPU-a", None))
 
+    def test_runs_on_two_gpus_do_not_pass(self):
+        with tempfile.TemporaryDirectory() as folder:
+            runs = []
+            for name, uuid in (("first", "GPU-a"), ("second", "GPU-b")):
+                os.mkdir(os.path.join(folder, name))
+                with open(os.path.join(folder, name, "system.txt"), "w") as out:
+                    out.write(self.TABLE.format(uuid=uuid))
+                runs.append(os.path.join(folder, name))
+            self.assertTrue(compare_runs.different_gpus(*runs))
+            self.assertFalse(compare_runs.different_gpus(runs[0], runs[0]))
+
 
 class LeftOut(unittest.TestCase):
     def test_fp32_is_left_out_at_d128_n16384_only(self):
