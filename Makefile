@@ -4,8 +4,12 @@
 STAGES    := 00_naive 01_fused_rowwise 02_tiled 03_online_softmax 04_warp_shuffle 05_mma_swizzle \
              06_pipelined 07_backward 08_wgmma_tma 09_warp_specialized \
              10_pingpong 11_hopper_backward 12_persistent
+# Beyond one GPU: not a stage of the single-GPU contract (it calls stage 11's launchers across
+# GPUs on NCCL), so not in STAGES, which the benchmark, the tables and make sanitize read; built
+# and tested with the rest, after the single-GPU stages (docs/lab-notes/13_ring_attention.md).
+RING      := 13_ring_attention
 BASELINES := bench/cublas_fp32 bench/cublas_bf16
-SUITES    := $(STAGES) $(BASELINES)
+SUITES    := $(STAGES) $(RING) $(BASELINES)
 JOBS      ?= $(shell nproc)
 # The Python that runs the PyTorch package's tests (python/test_flashcourse.py) in make test.
 PYTHON_TEST ?= python3
@@ -62,6 +66,9 @@ all: common-objects
 
 $(SUITES): $(if $(COMMON_OBJECTS_BUILT),,common-objects)
 	@$(MAKE) --no-print-directory -C $@ all
+
+# The ring links stage 11's object: 11's make writes it, the ring's reads it.
+$(RING): 11_hopper_backward
 
 # Builds everything, runs every suite (GPU cases are skipped by name where no GPU is
 # visible), then the PyTorch package's tests (python/test_flashcourse.py, with PYTHON_TEST),
@@ -125,6 +132,7 @@ docs-check:
 	@python3 bench/tables.py --check $(if $(RESULTS),--results $(RESULTS)/results.csv)
 	@python3 bench/check_forward_copy.py 06_pipelined 07_backward
 	@python3 bench/check_forward_copy.py 10_pingpong 11_hopper_backward
+	@python3 13_ring_attention/overlap_estimate.py --check
 	@python3 docs/diagrams/draw.py --check
 	@python3 common/wgmma.py --check
 
@@ -171,7 +179,7 @@ help:
 	@echo "  make sass-check   read the Hopper forward's SASS: is the softmax between its two wgmma waits? (no GPU)"
 	@echo "  make diff         what one stage adds to another: make diff A=03 B=04"
 	@echo "  make clean        remove build/"
-	@echo "  make distclean    remove build/ and .deps/ (the fetched Doctest, the Python environment)"
+	@echo "  make distclean    remove build/ and .deps/ (the fetched Doctest, NCCL and cuobjdump, the Python environment)"
 	@echo "  make help         this list"
 	@echo "  make common-objects   build the objects the suites share (make all does it first)"
 	@echo "  make $(firstword $(SUITES)) ... $(lastword $(SUITES))   build the suites named (each folder also: make -C 03_online_softmax test); they are: $(SUITES)"

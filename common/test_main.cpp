@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention.h"
@@ -20,14 +21,17 @@ class SummaryListener : public doctest::IReporter {
 public:
     explicit SummaryListener(const doctest::ContextOptions& options) : out_(*options.cout) {}
 
+    // A case may give its own reason in its description (the ring's cases: how many GPUs they
+    // need); the others share the stage's.
     void test_case_skipped(const doctest::TestCaseData& test) override {
-        if (test.m_skip) skipped_.push_back(test.m_name);
+        if (!test.m_skip) return;
+        const bool own = test.m_description != nullptr && *test.m_description != '\0';
+        skipped_.push_back({test.m_name, own ? test.m_description : gpu_unusable_reason(stage_capabilities())});
     }
 
     void test_run_end(const doctest::TestRunStats& stats) override {
-        for (const auto& name : skipped_)
-            out_ << "skipped (" << gpu_unusable_reason(stage_capabilities()) << "): " << name
-                 << "\n";
+        for (const auto& [name, reason] : skipped_)
+            out_ << "skipped (" << reason << "): " << name << "\n";
         const int failed = int(stats.numTestCasesFailed);
         const int passed = int(stats.numTestCasesPassingFilters) - failed;
         const std::string line = std::to_string(passed) + " passed, " + std::to_string(failed) +
@@ -52,7 +56,7 @@ public:
 
 private:
     std::ostream& out_;
-    std::vector<std::string> skipped_;
+    std::vector<std::pair<std::string, std::string>> skipped_;  // name, reason
 };
 
 REGISTER_LISTENER("summary", 1, SummaryListener);

@@ -1,0 +1,638 @@
+// Stage 13 (number provisional): ring attention. The sequence is split across P GPUs; each GPU
+// keeps its queries and, step by step, computes them against the key/value block in hand with
+// stage 11's forward (its output and log-sum-exp), merges that partial result into an FP32
+// accumulator by the rule of stage 03 (merge.h), and meanwhile passes the block one hop round
+// the ring with NCCL on a second stream. The backward walks the same ring with stage 11's
+// backward: dQ is summed where it lives, dK and dV travel with their block and come home.
+//
+// Stage 11's kernels are not copied here: its object (build/11_hopper_backward/obj/attention.o)
+// is linked, and this file calls its C++ contract, attention_forward and attention_backward.
+// One process drives every GPU: one host thread each, one NCCL communicator each
+// (ncclCommInitAll). Nothing here has run on a GPU yet (lab notes 13).
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <cstdint>
+#include <exception>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "attention.h"
+#include "cuda_check.h"
+#include "merge.h"
+#include "ring.h"
+#include "workspace.h"
+
+#if !defined(NCCL_VERSION_CODE) || NCCL_VERSION_CODE < NCCL_VERSION(2, 18, 0)
+#error "13_ring_attention needs NCCL 2.18 or newer (common/fetch_nccl.sh fetches 2.28.9)"
+#endif
+
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+// ---- kernels: the merge, and moving rows between a piece and a call's contiguous tensors ----
+
+constexpr int THREADS = 256;
+
+unsigned grid_for(int64_t threads) {
+    return unsigned(std::max<int64_t>(1, std::min<int64_t>((threads + THREADS - 1) / THREADS, 1 << 20)));
+}
+
+// One warp per query row: rows [row_begin, row_begin + rows) of an accumulator piece of
+// piece_rows rows per head take in the partial result of one call ([batch_heads, rows, D]).
+// excerpt: merge-kernel
+__global__ void merge_partial_kernel(float* __restrict__ o, float* __restrict__ lse,
+                                     const bf16* __restrict__ o_partial,
+                                     const float* __restrict__ lse_partial, int64_t batch_heads,
+                                     int64_t piece_rows, int64_t row_begin, int64_t rows, int head_dim) {
+    const int lane = threadIdx.x % 32;
+    const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
+    for (int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; warp < batch_heads * rows;
+         warp += warps) {
+        const int64_t target = (warp / rows) * piece_rows + row_begin + warp % rows;
+        const MergeWeights<float> w = merge_weights(lse[target], lse_partial[warp]);
+        float* o_row = o + target * head_dim;
+        const bf16* partial_row = o_partial + warp * head_dim;
+        for (int d = lane; d < head_dim; d += 32)
+            o_row[d] = (w.accumulated != 0.0f ? w.accumulated * o_row[d] : 0.0f) +
+                       (w.partial != 0.0f ? w.partial * __bfloat162float(partial_row[d]) : 0.0f);
+        __syncwarp();  // every lane has read lse[target] before it changes
+        if (lane == 0) lse[target] = w.lse;
+    }
+}
+// end excerpt
+
+// dst[h][i] = src[h][begin + i], rows of `width` elements, for i < count: a call's rows of a
+// piece as a contiguous tensor of the contract.
+template <class T>
+__global__ void gather_rows_kernel(T* __restrict__ dst, const T* __restrict__ src, int64_t batch_heads,
+                                   int64_t src_rows, int64_t begin, int64_t count, int64_t width) {
+    const int64_t per_head = count * width, total = batch_heads * per_head;
+    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x)
+        dst[e] = src[(e / per_head) * src_rows * width + begin * width + e % per_head];
+}
+
+// acc[h][begin + i] += part[h][i] in FP32: a call's dQ (or dK, dV) into the piece's sum.
+__global__ void add_rows_kernel(float* __restrict__ acc, const bf16* __restrict__ part, int64_t batch_heads,
+                                int64_t acc_rows, int64_t begin, int64_t count, int64_t width) {
+    const int64_t per_head = count * width, total = batch_heads * per_head;
+    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x)
+        acc[(e / per_head) * acc_rows * width + begin * width + e % per_head] += __bfloat162float(part[e]);
+}
+
+__global__ void fill_kernel(float* __restrict__ data, float value, int64_t count) {
+    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += int64_t(gridDim.x) * blockDim.x)
+        data[e] = value;
+}
+
+__global__ void to_bf16_kernel(bf16* __restrict__ dst, const float* __restrict__ src, int64_t count) {
+    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += int64_t(gridDim.x) * blockDim.x)
+        dst[e] = __float2bfloat16_rn(src[e]);
+}
+
+template <class T>
+void gather_rows(T* dst, const T* src, int64_t batch_heads, int64_t src_rows, int64_t begin,
+                 int64_t count, int64_t width, cudaStream_t stream) {
+    gather_rows_kernel<<<grid_for(batch_heads * count * width), THREADS, 0, stream>>>(
+        dst, src, batch_heads, src_rows, begin, count, width);
+    CUDA_CHECK_LAUNCH();
+}
+
+void add_rows(float* acc, const bf16* part, int64_t batch_heads, int64_t acc_rows, int64_t begin,
+              int64_t count, int64_t width, cudaStream_t stream) {
+    add_rows_kernel<<<grid_for(batch_heads * count * width), THREADS, 0, stream>>>(
+        acc, part, batch_heads, acc_rows, begin, count, width);
+    CUDA_CHECK_LAUNCH();
+}
+
+void fill(float* data, float value, int64_t count, cudaStream_t stream) {
+    if (count == 0) return;
+    fill_kernel<<<grid_for(count), THREADS, 0, stream>>>(data, value, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+void to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream) {
+    if (count == 0) return;
+    to_bf16_kernel<<<grid_for(count), THREADS, 0, stream>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+// ---- NCCL -------------------------------------------------------------------------------------
+
+void nccl_check(ncclResult_t result, ncclComm_t comm, const char* expression, const char* file, int line) {
+    if (result == ncclSuccess || result == ncclInProgress) return;
+    std::string message = std::string("NCCL error '") + ncclGetErrorString(result) + "' at " + file + ":" +
+                          std::to_string(line) + " (" + expression + ")";
+    const char* last = comm ? ncclGetLastError(comm) : nullptr;
+    if (last && *last) message += ": " + std::string(last);
+    throw std::runtime_error(message);
+}
+#define NCCL_CHECK(expression, comm) nccl_check((expression), (comm), #expression, __FILE__, __LINE__)
+
+// Events without timing, freed with their owner.
+class Events {
+public:
+    explicit Events(size_t count) : events_(count, nullptr) {
+        for (cudaEvent_t& event : events_) CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    }
+    ~Events() {
+        for (cudaEvent_t event : events_)
+            if (event) cudaEventDestroy(event);
+    }
+    Events(const Events&) = delete;
+    Events& operator=(const Events&) = delete;
+    cudaEvent_t operator[](size_t i) const { return events_.at(i); }
+
+private:
+    std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
+
+// ---- the ring's GPUs --------------------------------------------------------------------------
+
+struct RingDevices {
+    struct Device {
+        int id = 0;
+        ncclComm_t comm = nullptr;
+        cudaStream_t compute = nullptr;  // stage 11's kernels, the merges
+        cudaStream_t comm_stream = nullptr;  // NCCL, at the highest priority, so that its few
+                                             // blocks get SMs while the attention grid is resident
+    };
+    std::vector<Device> devices;
+    std::atomic<bool> failed{false};  // a worker has thrown: the others stop waiting
+    bool broken = false;              // the communicators were aborted
+
+    // Runs work(r) on one host thread per GPU (after cudaSetDevice), joins them, and rethrows
+    // the first failure, after aborting the communicators so that no GPU waits for a peer.
+    template <class Work>
+    void run_on_every_gpu(Work work) {
+        if (broken)
+            throw std::runtime_error("ring attention: an earlier call failed and aborted the communicators; "
+                                     "make a new RingAttention");
+        failed = false;
+        std::vector<std::exception_ptr> errors(devices.size());
+        std::vector<std::thread> threads;
+        for (size_t r = 0; r < devices.size(); ++r)
+            threads.emplace_back([&, r] {
+                try {
+                    CUDA_CHECK(cudaSetDevice(devices[r].id));
+                    work(int(r));
+                } catch (...) {
+                    errors[r] = std::current_exception();
+                    failed = true;
+                }
+            });
+        for (std::thread& thread : threads) thread.join();
+        for (const std::exception_ptr& error : errors)
+            if (error) {
+                for (Device& device : devices) ncclCommAbort(device.comm);
+                broken = true;
+                std::rethrow_exception(error);
+            }
+    }
+
+    // Waits for a stream without blocking forever when another GPU's worker has failed (its
+    // peers' transfers would then never complete).
+    void wait(cudaStream_t stream) const {
+        for (;;) {
+            const cudaError_t status = cudaStreamQuery(stream);
+            if (status == cudaSuccess) return;
+            if (status != cudaErrorNotReady) CUDA_CHECK(status);
+            if (failed) throw std::runtime_error("ring attention: stopped because another GPU's worker failed");
+            std::this_thread::sleep_for(std::chrono::microseconds(20));
+        }
+    }
+};
+
+namespace {
+
+// What one GPU's worker needs to know of the whole ring.
+struct RingPlan {
+    AttentionShape whole;
+    std::vector<Shard> shards;
+    int64_t batch_heads = 0, head_dim = 0;
+    int devices = 0;
+
+    int64_t largest_piece = 0;  // rows of the longest piece of any GPU
+    size_t most_calls = 0;      // calls of the busiest step
+    bool gathers = false;       // some call takes part of a piece, and batch * heads > 1
+
+    RingPlan(const AttentionShape& shape, Sharding sharding, int gpus)
+        : whole(shape), shards(make_shards(sharding, shape.len_q, gpus)),
+          batch_heads(int64_t(shape.batch) * shape.heads), head_dim(shape.head_dim), devices(gpus) {
+        for (const Shard& shard : shards)
+            for (const Piece& piece : shard.pieces) largest_piece = std::max(largest_piece, piece.length);
+        for (int r = 0; r < devices; ++r)
+            for (int step = 0; step < devices; ++step) {
+                const std::vector<BlockCall> step_calls = calls(r, step);
+                most_calls = std::max(most_calls, step_calls.size());
+                for (const BlockCall& call : step_calls)
+                    gathers = gathers || (batch_heads > 1 &&
+                                          (call.query_count != piece_rows(r, call.query_piece) ||
+                                           call.key_count != piece_rows(block_owner(r, step, devices), call.key_piece)));
+            }
+    }
+
+    int next(int r) const { return (r + 1) % devices; }
+    int previous(int r) const { return (r + devices - 1) % devices; }
+    // Elements of one [pieces][batch, heads, length, head_dim] tensor of GPU r.
+    int64_t elements(int r) const { return batch_heads * shards[size_t(r)].length() * head_dim; }
+    int64_t largest_shard() const {
+        int64_t largest = 0;
+        for (const Shard& shard : shards) largest = std::max(largest, shard.length());
+        return largest;
+    }
+    // Where piece p of GPU r's tensor starts, in elements of rows `width` wide.
+    int64_t piece_start(int r, int piece, int64_t width) const {
+        return batch_heads * shards[size_t(r)].offset(piece) * width;
+    }
+    int64_t piece_rows(int r, int piece) const { return shards[size_t(r)].pieces[size_t(piece)].length; }
+    std::vector<BlockCall> calls(int r, int step) const {
+        return block_calls(shards[size_t(r)], shards[size_t(block_owner(r, step, devices))], whole.causal);
+    }
+    AttentionShape call_shape(const BlockCall& call) const {
+        return make_shape(whole.batch, whole.heads, int(call.query_count), int(call.key_count),
+                          whole.head_dim, call.causal, whole.softmax_scale());
+    }
+};
+
+// Rows [begin, begin + count) of a piece as the contiguous tensor the contract takes: the piece
+// itself when the call takes all of it, or when one (batch, head) makes any run of rows
+// contiguous; else a copy into `scratch`.
+template <class T>
+const T* call_rows(const T* piece, int64_t piece_rows, int64_t begin, int64_t count, int64_t batch_heads,
+                   int64_t width, T* scratch, cudaStream_t stream) {
+    if (begin == 0 && count == piece_rows) return piece;
+    if (batch_heads == 1) return piece + begin * width;
+    gather_rows(scratch, piece, batch_heads, piece_rows, begin, count, width, stream);
+    return scratch;
+}
+
+// Byte offsets into one workspace, each region 256-byte aligned.
+struct Regions {
+    size_t total = 0;
+    size_t add(size_t bytes) {
+        const size_t at = total;
+        total += (bytes + 255) / 256 * 256;
+        return at;
+    }
+};
+
+// A travelling key/value block: the GPU's own k, v at step 0, then one of two buffers.
+struct Block {
+    const bf16* k;
+    const bf16* v;
+};
+
+// One NCCL group: K and V of the block in hand to the next GPU, the next block from the previous.
+void pass_block(const RingPlan& plan, const RingDevices::Device& device, int r, Block send, int send_owner,
+                bf16* receive_k, bf16* receive_v, int receive_owner) {
+    const int64_t send_count = plan.elements(send_owner), receive_count = plan.elements(receive_owner);
+    // excerpt: pass-block
+    NCCL_CHECK(ncclGroupStart(), device.comm);
+    NCCL_CHECK(ncclSend(send.k, size_t(send_count), ncclBfloat16, plan.next(r), device.comm, device.comm_stream), device.comm);
+    NCCL_CHECK(ncclSend(send.v, size_t(send_count), ncclBfloat16, plan.next(r), device.comm, device.comm_stream), device.comm);
+    NCCL_CHECK(ncclRecv(receive_k, size_t(receive_count), ncclBfloat16, plan.previous(r), device.comm, device.comm_stream), device.comm);
+    NCCL_CHECK(ncclRecv(receive_v, size_t(receive_count), ncclBfloat16, plan.previous(r), device.comm, device.comm_stream), device.comm);
+    NCCL_CHECK(ncclGroupEnd(), device.comm);
+    // end excerpt
+}
+
+}  // namespace
+
+// ---- RingAttention ------------------------------------------------------------------------------
+
+RingAttention::RingAttention(const std::vector<int>& devices) : ring_(std::make_unique<RingDevices>()) {
+    if (devices.empty())
+        throw std::invalid_argument("ring attention: devices = {} is not allowed: name at least one GPU");
+    int visible = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&visible));
+    for (size_t i = 0; i < devices.size(); ++i) {
+        if (devices[i] < 0 || devices[i] >= visible)
+            throw std::invalid_argument("ring attention: device " + std::to_string(devices[i]) +
+                                        " is not allowed: " + std::to_string(visible) + " GPU(s) are visible");
+        if (std::count(devices.begin(), devices.end(), devices[i]) > 1)
+            throw std::invalid_argument("ring attention: device " + std::to_string(devices[i]) +
+                                        " is named twice: each GPU of the ring holds one shard");
+        cudaDeviceProp properties{};
+        CUDA_CHECK(cudaGetDeviceProperties(&properties, devices[i]));
+        if (properties.major * 10 + properties.minor != stage_capabilities().compute_capability)
+            throw std::runtime_error("ring attention: GPU " + std::to_string(devices[i]) + " (" + properties.name +
+                                     ") is not a Hopper GPU (sm_90): stage 11's kernels run on nothing else");
+    }
+    // NVLink multicast (NVLS) stays off whatever the environment says: the ring needs none of it,
+    // and on shared machines a program that uses it can take the GPUs out of service.
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/1);
+    ring_->devices.resize(devices.size());
+    std::vector<ncclComm_t> comms(devices.size());
+    NCCL_CHECK(ncclCommInitAll(comms.data(), int(devices.size()), devices.data()), nullptr);
+    for (size_t r = 0; r < devices.size(); ++r) {
+        RingDevices::Device& device = ring_->devices[r];
+        device.id = devices[r];
+        device.comm = comms[r];
+        CUDA_CHECK(cudaSetDevice(device.id));
+        int least = 0, greatest = 0;
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+        CUDA_CHECK(cudaStreamCreateWithFlags(&device.compute, cudaStreamNonBlocking));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&device.comm_stream, cudaStreamNonBlocking, greatest));
+    }
+    // One small exchange round the ring now, so that NCCL connects the neighbours here and not
+    // inside the first timed (or failing) call.
+    if (devices.size() > 1)
+        ring_->run_on_every_gpu([&](int r) {
+            RingDevices::Device& device = ring_->devices[size_t(r)];
+            const int P = int(ring_->devices.size());
+            Workspace buffer(2 * sizeof(float), device.comm_stream);
+            float* data = buffer.as<float>();
+            CUDA_CHECK(cudaMemsetAsync(data, 0, 2 * sizeof(float), device.comm_stream));
+            NCCL_CHECK(ncclGroupStart(), device.comm);
+            NCCL_CHECK(ncclSend(data, 1, ncclFloat32, (r + 1) % P, device.comm, device.comm_stream), device.comm);
+            NCCL_CHECK(ncclRecv(data + 1, 1, ncclFloat32, (r + P - 1) % P, device.comm, device.comm_stream), device.comm);
+            NCCL_CHECK(ncclGroupEnd(), device.comm);
+            ring_->wait(device.comm_stream);
+        });
+}
+
+RingAttention::~RingAttention() {
+    for (RingDevices::Device& device : ring_->devices) {
+        cudaSetDevice(device.id);
+        // Aborted communicators are freed already, and work that waited on them may never end.
+        if (ring_->broken) continue;
+        if (device.compute) cudaStreamSynchronize(device.compute);
+        if (device.comm_stream) cudaStreamSynchronize(device.comm_stream);
+        if (device.comm) ncclCommDestroy(device.comm);
+        if (device.compute) cudaStreamDestroy(device.compute);
+        if (device.comm_stream) cudaStreamDestroy(device.comm_stream);
+    }
+}
+
+int RingAttention::devices() const { return int(ring_->devices.size()); }
+
+std::string ring_nccl_version() {
+    int version = 0;
+    NCCL_CHECK(ncclGetVersion(&version), nullptr);
+    auto text = [](int code) {
+        // NCCL_VERSION's encoding: X*1000+Y*100+Z up to 2.8, X*10000+Y*100+Z after.
+        const int major = code >= 10000 ? code / 10000 : code / 1000;
+        const int minor = code >= 10000 ? code / 100 % 100 : code / 100 % 10;
+        return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(code % 100);
+    };
+    return text(version) + " (built with " + text(NCCL_VERSION_CODE) + ")";
+}
+
+void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector<const bf16*>& k,
+                            const std::vector<const bf16*>& v, const std::vector<bf16*>& o,
+                            const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding) {
+    const int P = devices();
+    validate_ring(whole, sharding, P,
+                  {{"q", {q.begin(), q.end()}}, {"k", {k.begin(), k.end()}}, {"v", {v.begin(), v.end()}},
+                   {"o", {o.begin(), o.end()}}},
+                  {{"lse", {lse.begin(), lse.end()}}}, /*backward=*/false);
+    const RingPlan plan(whole, sharding, P);
+    const int64_t BH = plan.batch_heads, D = plan.head_dim;
+
+    ring_->run_on_every_gpu([&](int r) {
+        const RingDevices::Device& device = ring_->devices[size_t(r)];
+        const cudaStream_t compute = device.compute, comm = device.comm_stream;
+        const Shard& mine = plan.shards[size_t(r)];
+        const int64_t rows = mine.length(), largest = plan.largest_shard();
+
+        // Two block buffers (K then V), the FP32 accumulators, one call's output, and scratch for
+        // the rows of a call that are not a whole piece (striped sharding's shifted calls).
+        Regions regions;
+        const size_t block_at[2] = {regions.add(2 * BH * largest * D * sizeof(bf16)),
+                                    regions.add(2 * BH * largest * D * sizeof(bf16))};
+        const size_t o_at = regions.add(BH * rows * D * sizeof(float));
+        const size_t lse_at = regions.add(BH * rows * sizeof(float));
+        const int64_t piece = plan.largest_piece, scratch = plan.gathers ? piece : 0;
+        const size_t o_part_at = regions.add(BH * piece * D * sizeof(bf16));
+        const size_t lse_part_at = regions.add(BH * piece * sizeof(float));
+        const size_t q_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        const size_t k_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        const size_t v_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        Workspace workspace(regions.total, compute);
+        char* base = workspace.as<char>();
+        auto at = [&](size_t offset) { return base + offset; };
+        float* o_sum = reinterpret_cast<float*>(at(o_at));
+        float* lse_sum = reinterpret_cast<float*>(at(lse_at));
+        auto block_in_hand = [&](int step) -> Block {
+            if (step == 0) return {k[size_t(r)], v[size_t(r)]};
+            bf16* buffer = reinterpret_cast<bf16*>(at(block_at[step % 2]));
+            return {buffer, buffer + plan.elements(block_owner(r, step, P))};
+        };
+
+        // Events: the workspace is ready; each transfer (group g delivers step g + 1's block);
+        // each step's compute; the end of the transfers.
+        Events ready(1), arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
+        CUDA_CHECK(cudaMemsetAsync(o_sum, 0, size_t(BH * rows * D) * sizeof(float), compute));
+        fill(lse_sum, -INFINITY, BH * rows, compute);
+        CUDA_CHECK(cudaEventRecord(ready[0], compute));
+        CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
+
+        // excerpt: forward-ring
+        auto pass = [&](int step) {  // the block for `step` arrives while step - 1 computes
+            Block into = block_in_hand(step);
+            pass_block(plan, device, r, block_in_hand(step - 1), block_owner(r, step - 1, P),
+                       const_cast<bf16*>(into.k), const_cast<bf16*>(into.v), block_owner(r, step, P));
+            CUDA_CHECK(cudaEventRecord(arrived[size_t(step)], comm));
+        };
+        if (P > 1) pass(1);
+        for (int step = 0; step < P; ++step) {
+            if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, arrived[size_t(step)], 0));
+            const Block block = block_in_hand(step);
+            const int owner = block_owner(r, step, P);
+            for (const BlockCall& call : plan.calls(r, step)) {
+                const bf16* q_call = call_rows(q[size_t(r)] + plan.piece_start(r, call.query_piece, D),
+                                               plan.piece_rows(r, call.query_piece), call.query_begin,
+                                               call.query_count, BH, D, reinterpret_cast<bf16*>(at(q_rows_at)), compute);
+                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
+                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
+                const bf16* k_call = call_rows(block.k + key_start, key_rows, call.key_begin, call.key_count, BH, D,
+                                               reinterpret_cast<bf16*>(at(k_rows_at)), compute);
+                const bf16* v_call = call_rows(block.v + key_start, key_rows, call.key_begin, call.key_count, BH, D,
+                                               reinterpret_cast<bf16*>(at(v_rows_at)), compute);
+                bf16* o_part = reinterpret_cast<bf16*>(at(o_part_at));
+                float* lse_part = reinterpret_cast<float*>(at(lse_part_at));
+                attention_forward(q_call, k_call, v_call, o_part, lse_part, plan.call_shape(call), compute);
+                const int64_t merged_rows = BH * call.query_count;
+                merge_partial_kernel<<<grid_for(merged_rows * 32), THREADS, 0, compute>>>(
+                    o_sum + plan.piece_start(r, call.query_piece, D), lse_sum + plan.piece_start(r, call.query_piece, 1),
+                    o_part, lse_part, BH, plan.piece_rows(r, call.query_piece), call.query_begin,
+                    call.query_count, int(D));
+                CUDA_CHECK_LAUNCH();
+            }
+            CUDA_CHECK(cudaEventRecord(computed[size_t(step)], compute));
+            // The buffer that held this step's block takes the block of step + 2.
+            if (step + 2 < P) {
+                CUDA_CHECK(cudaStreamWaitEvent(comm, computed[size_t(step)], 0));
+                pass(step + 2);
+            }
+        }
+        // end excerpt
+        to_bf16(o[size_t(r)], o_sum, BH * rows * D, compute);
+        CUDA_CHECK(cudaMemcpyAsync(lse[size_t(r)], lse_sum, size_t(BH * rows) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, compute));
+        // The workspace is freed on the compute stream: after the last transfer too.
+        CUDA_CHECK(cudaEventRecord(transfers_done[0], comm));
+        CUDA_CHECK(cudaStreamWaitEvent(compute, transfers_done[0], 0));
+        ring_->wait(compute);
+    });
+}
+
+void RingAttention::backward(const std::vector<const bf16*>& q, const std::vector<const bf16*>& k,
+                             const std::vector<const bf16*>& v, const std::vector<const bf16*>& o,
+                             const std::vector<const float*>& lse, const std::vector<const bf16*>& dout,
+                             const std::vector<bf16*>& dq, const std::vector<bf16*>& dk,
+                             const std::vector<bf16*>& dv, const AttentionShape& whole, Sharding sharding) {
+    const int P = devices();
+    validate_ring(whole, sharding, P,
+                  {{"q", {q.begin(), q.end()}}, {"k", {k.begin(), k.end()}}, {"v", {v.begin(), v.end()}},
+                   {"o", {o.begin(), o.end()}}, {"dout", {dout.begin(), dout.end()}},
+                   {"dq", {dq.begin(), dq.end()}}, {"dk", {dk.begin(), dk.end()}}, {"dv", {dv.begin(), dv.end()}}},
+                  {{"lse", {lse.begin(), lse.end()}}}, /*backward=*/true);
+    const RingPlan plan(whole, sharding, P);
+    const int64_t BH = plan.batch_heads, D = plan.head_dim;
+
+    ring_->run_on_every_gpu([&](int r) {
+        const RingDevices::Device& device = ring_->devices[size_t(r)];
+        const cudaStream_t compute = device.compute, comm = device.comm_stream;
+        const Shard& mine = plan.shards[size_t(r)];
+        const int64_t rows = mine.length(), largest = plan.largest_shard();
+        // Each call of a step keeps its dK, dV until the travelling sums have arrived, so that
+        // their transfer overlaps the step's backward (at most four: zigzag's two pieces against
+        // the block's two).
+        constexpr int kMaxCalls = 4;
+        const int64_t piece = plan.largest_piece, scratch = plan.gathers ? piece : 0;
+        const int part_sets = int(plan.most_calls);
+
+        Regions regions;
+        const size_t block_at[2] = {regions.add(2 * BH * largest * D * sizeof(bf16)),
+                                    regions.add(2 * BH * largest * D * sizeof(bf16))};
+        const size_t sums_at[2] = {regions.add(2 * BH * largest * D * sizeof(float)),
+                                   regions.add(2 * BH * largest * D * sizeof(float))};
+        const size_t dq_sum_at = regions.add(BH * rows * D * sizeof(float));
+        const size_t dq_part_at = regions.add(BH * piece * D * sizeof(bf16));
+        size_t dk_part_at[kMaxCalls] = {}, dv_part_at[kMaxCalls] = {};
+        if (part_sets > kMaxCalls) throw std::logic_error("ring attention: more calls in a step than planned");
+        for (int c = 0; c < part_sets; ++c) {
+            dk_part_at[c] = regions.add(BH * piece * D * sizeof(bf16));
+            dv_part_at[c] = regions.add(BH * piece * D * sizeof(bf16));
+        }
+        const size_t q_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        const size_t o_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        const size_t do_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        const size_t lse_rows_at = regions.add(BH * scratch * sizeof(float));
+        const size_t k_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        const size_t v_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        Workspace workspace(regions.total, compute);
+        char* base = workspace.as<char>();
+        auto at = [&](size_t offset) { return base + offset; };
+        float* dq_sum = reinterpret_cast<float*>(at(dq_sum_at));
+        auto block_in_hand = [&](int step) -> Block {
+            if (step == 0) return {k[size_t(r)], v[size_t(r)]};
+            bf16* buffer = reinterpret_cast<bf16*>(at(block_at[step % 2]));
+            return {buffer, buffer + plan.elements(block_owner(r, step, P))};
+        };
+        // The dK, dV sums of the block in hand at `step` (step P: this GPU's own, come home).
+        auto sums_in_hand = [&](int step) { return reinterpret_cast<float*>(at(sums_at[step % 2])); };
+
+        Events ready(1), kv_arrived(static_cast<size_t>(P)), sums_arrived(size_t(P + 1)), computed(static_cast<size_t>(P)), transfers_done(1);
+        CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(BH * rows * D) * sizeof(float), compute));
+        CUDA_CHECK(cudaMemsetAsync(sums_in_hand(0), 0, size_t(2 * plan.elements(r)) * sizeof(float), compute));
+        CUDA_CHECK(cudaEventRecord(ready[0], compute));
+        CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
+
+        auto pass_kv = [&](int step) {
+            Block into = block_in_hand(step);
+            pass_block(plan, device, r, block_in_hand(step - 1), block_owner(r, step - 1, P),
+                       const_cast<bf16*>(into.k), const_cast<bf16*>(into.v), block_owner(r, step, P));
+            CUDA_CHECK(cudaEventRecord(kv_arrived[size_t(step)], comm));
+        };
+        // After step `step`: its block's dK, dV sums go on to the next GPU; the sums of the block
+        // of step + 1 come in (after the last step, this GPU's own come home).
+        auto pass_sums = [&](int step) {
+            const int send_owner = block_owner(r, step, P), receive_owner = block_owner(r, step + 1, P);
+            // excerpt: pass-sums
+            NCCL_CHECK(ncclGroupStart(), device.comm);
+            NCCL_CHECK(ncclSend(sums_in_hand(step), size_t(2 * plan.elements(send_owner)), ncclFloat32,
+                                plan.next(r), device.comm, comm), device.comm);
+            NCCL_CHECK(ncclRecv(sums_in_hand(step + 1), size_t(2 * plan.elements(receive_owner)), ncclFloat32,
+                                plan.previous(r), device.comm, comm), device.comm);
+            NCCL_CHECK(ncclGroupEnd(), device.comm);
+            // end excerpt
+            CUDA_CHECK(cudaEventRecord(sums_arrived[size_t(step + 1)], comm));
+        };
+
+        if (P > 1) pass_kv(1);
+        for (int step = 0; step < P; ++step) {
+            if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, kv_arrived[size_t(step)], 0));
+            const Block block = block_in_hand(step);
+            const int owner = block_owner(r, step, P);
+            const std::vector<BlockCall> calls = plan.calls(r, step);
+            for (size_t c = 0; c < calls.size(); ++c) {
+                const BlockCall& call = calls[c];
+                const int64_t query_rows = plan.piece_rows(r, call.query_piece);
+                const int64_t query_start = plan.piece_start(r, call.query_piece, D);
+                auto query_side = [&](const bf16* tensor, size_t scratch) {
+                    return call_rows(tensor + query_start, query_rows, call.query_begin, call.query_count, BH, D,
+                                     reinterpret_cast<bf16*>(at(scratch)), compute);
+                };
+                const bf16* q_call = query_side(q[size_t(r)], q_rows_at);
+                const bf16* o_call = query_side(o[size_t(r)], o_rows_at);
+                const bf16* do_call = query_side(dout[size_t(r)], do_rows_at);
+                const float* lse_call = call_rows(lse[size_t(r)] + plan.piece_start(r, call.query_piece, 1), query_rows,
+                                                  call.query_begin, call.query_count, BH, int64_t(1),
+                                                  reinterpret_cast<float*>(at(lse_rows_at)), compute);
+                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
+                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
+                const bf16* k_call = call_rows(block.k + key_start, key_rows, call.key_begin, call.key_count, BH, D,
+                                               reinterpret_cast<bf16*>(at(k_rows_at)), compute);
+                const bf16* v_call = call_rows(block.v + key_start, key_rows, call.key_begin, call.key_count, BH, D,
+                                               reinterpret_cast<bf16*>(at(v_rows_at)), compute);
+                bf16* dq_part = reinterpret_cast<bf16*>(at(dq_part_at));
+                // O and LSE are the whole row's (the forward's result): stage 11 then takes
+                // P = exp(S - LSE) and delta = rowsum(dO * O) of the whole row, as the ring needs.
+                attention_backward(q_call, k_call, v_call, o_call, lse_call, do_call, dq_part,
+                                   reinterpret_cast<bf16*>(at(dk_part_at[c])), reinterpret_cast<bf16*>(at(dv_part_at[c])),
+                                   plan.call_shape(call), compute);
+                add_rows(dq_sum + query_start, dq_part, BH, query_rows, call.query_begin, call.query_count, D, compute);
+            }
+            // dK, dV into the sums that travel with this block (they arrive during the calls above).
+            if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, sums_arrived[size_t(step)], 0));
+            float* sums = sums_in_hand(step);
+            for (size_t c = 0; c < calls.size(); ++c) {
+                const BlockCall& call = calls[c];
+                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
+                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
+                add_rows(sums + key_start, reinterpret_cast<bf16*>(at(dk_part_at[c])), BH, key_rows,
+                         call.key_begin, call.key_count, D, compute);
+                add_rows(sums + plan.elements(owner) + key_start, reinterpret_cast<bf16*>(at(dv_part_at[c])), BH,
+                         key_rows, call.key_begin, call.key_count, D, compute);
+            }
+            CUDA_CHECK(cudaEventRecord(computed[size_t(step)], compute));
+            if (P > 1) {
+                CUDA_CHECK(cudaStreamWaitEvent(comm, computed[size_t(step)], 0));
+                pass_sums(step);
+                if (step + 2 < P) pass_kv(step + 2);
+            }
+        }
+        const float* home = sums_in_hand(P > 1 ? P : 0);
+        if (P > 1) CUDA_CHECK(cudaStreamWaitEvent(compute, sums_arrived[size_t(P)], 0));
+        to_bf16(dq[size_t(r)], dq_sum, BH * rows * D, compute);
+        to_bf16(dk[size_t(r)], home, plan.elements(r), compute);
+        to_bf16(dv[size_t(r)], home + plan.elements(r), plan.elements(r), compute);
+        CUDA_CHECK(cudaEventRecord(transfers_done[0], comm));
+        CUDA_CHECK(cudaStreamWaitEvent(compute, transfers_done[0], 0));
+        ring_->wait(compute);
+    });
+}

@@ -1,0 +1,247 @@
+// The ring's benchmark: one shape over P GPUs in, one CSV row per pass out, beside stage 11 on
+// one GPU (GPU 0) timed in the same run. Not yet run on a GPU (lab notes 13).
+//
+//   bench_13_ring_attention --gpus 4 --sharding zigzag --heads 32 --len 262144 --head-dim 128
+//                           --causal 1 [--batch 1] [--pass fwd|bwd|both] [--repeats 5]
+//                           [--baseline-len 65536] [--header]
+//
+// How it times: the ring's call is synchronous on the host (every GPU's thread joins), so a
+// call is timed by the host clock from its start to the last GPU's end: what a training step
+// waits for. One warm-up call, then --repeats timed calls; median and min. Stage 11 alone is
+// timed with CUDA events on GPU 0 at --baseline-len (default: the whole length, capped at
+// 131072 so that one call stays under a few seconds), same batch, heads, head dim and mask.
+// The backward row times the ring's backward alone (the forward that makes its O and LSE runs
+// once before). Inputs are random, on each GPU, never zeros.
+// FLOPs follow the FlashAttention convention: forward 4*B*H*N*N*D (halved when causal),
+// backward 2.5x forward. Per-GPU TFLOP/s = FLOPs / P / median time; efficiency = that over
+// stage 11's TFLOP/s on one GPU.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "attention.h"
+#include "cuda_check.h"
+#include "harness.h"
+#include "ring.h"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+struct Options {
+    int gpus = 2, batch = 1, heads = 32, len = 65536, head_dim = 128, repeats = 5, baseline_len = 0;
+    bool causal = true, header = false;
+    std::string sharding = "zigzag", pass = "both";
+};
+
+[[noreturn]] void usage(const std::string& problem) {
+    std::fprintf(stderr,
+                 "bench_13_ring_attention: %s\nusage: bench_13_ring_attention --gpus P --sharding "
+                 "contiguous|zigzag|striped --len N [--batch B] [--heads H] [--head-dim 64|128] [--causal 0|1] "
+                 "[--pass fwd|bwd|both] [--repeats R] [--baseline-len L] [--header]\n",
+                 problem.c_str());
+    std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+    Options options;
+    for (int i = 1; i < argc; ++i) {
+        const std::string flag = argv[i];
+        if (flag == "--header") {
+            options.header = true;
+            continue;
+        }
+        if (i + 1 >= argc) usage(flag + " needs a value");
+        const std::string value = argv[++i];
+        auto number = [&] {
+            try {
+                return std::stoi(value);
+            } catch (...) {
+                usage(flag + " " + value + ": not a number");
+            }
+        };
+        if (flag == "--gpus") options.gpus = number();
+        else if (flag == "--batch") options.batch = number();
+        else if (flag == "--heads") options.heads = number();
+        else if (flag == "--len") options.len = number();
+        else if (flag == "--head-dim") options.head_dim = number();
+        else if (flag == "--causal") options.causal = number() != 0;
+        else if (flag == "--repeats") options.repeats = std::max(1, number());
+        else if (flag == "--baseline-len") options.baseline_len = number();
+        else if (flag == "--sharding") options.sharding = value;
+        else if (flag == "--pass") options.pass = value;
+        else usage("unknown flag " + flag);
+    }
+    if (options.pass != "fwd" && options.pass != "bwd" && options.pass != "both") usage("--pass " + options.pass);
+    return options;
+}
+
+// Uniform in [-0.5, 1.5) from a hash of the index: mean 0.5, never zeros, no host traffic.
+__global__ void fill_random_kernel(bf16* data, int64_t count, uint64_t seed) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+        uint64_t x = (uint64_t(i) + seed) * 0x9E3779B97F4A7C15ull;
+        x ^= x >> 31;
+        x *= 0xBF58476D1CE4E5B9ull;
+        x ^= x >> 29;
+        data[i] = __float2bfloat16_rn(float(x >> 40) / float(1 << 24) * 2.0f - 0.5f);
+    }
+}
+
+template <class T>
+T* device_alloc(size_t count) {
+    void* pointer = nullptr;
+    if (count) CUDA_CHECK(cudaMalloc(&pointer, count * sizeof(T)));
+    return static_cast<T*>(pointer);
+}
+
+void fill_random(bf16* data, int64_t count, uint64_t seed) {
+    if (count == 0) return;
+    fill_random_kernel<<<unsigned(std::min<int64_t>((count + 255) / 256, 1 << 16)), 256>>>(data, count, seed);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <class Call>
+std::pair<double, double> time_host(Call call, int repeats) {
+    call();  // warm-up
+    std::vector<double> ms;
+    for (int i = 0; i < repeats; ++i) {
+        const auto start = std::chrono::steady_clock::now();
+        call();
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return {ms[ms.size() / 2], ms.front()};
+}
+
+template <class Call>
+std::pair<double, double> time_events(Call call, int repeats) {
+    call();
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<double> ms;
+    EventPair events;
+    for (int i = 0; i < repeats; ++i) {
+        CUDA_CHECK(cudaEventRecord(events.start));
+        call();
+        CUDA_CHECK(cudaEventRecord(events.stop));
+        CUDA_CHECK(cudaEventSynchronize(events.stop));
+        ms.push_back(events.milliseconds());
+    }
+    std::sort(ms.begin(), ms.end());
+    return {ms[ms.size() / 2], ms.front()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const Options options = parse(argc, argv);
+    if (options.header)
+        std::printf("gpu,gpus,sharding,batch,heads,len,head_dim,causal,pass,median_ms,min_ms,tflops_per_gpu,"
+                    "baseline_len,baseline_ms,baseline_tflops,efficiency,nccl,status\n");
+    try {
+        const Sharding sharding = parse_sharding(options.sharding);
+        const AttentionShape whole = make_shape(options.batch, options.heads, options.len, options.len,
+                                                options.head_dim, options.causal);
+        const int P = options.gpus;
+        std::vector<int> gpus(static_cast<size_t>(P));
+        for (int r = 0; r < P; ++r) gpus[size_t(r)] = r;
+        RingAttention ring(gpus);
+        cudaDeviceProp properties{};
+        CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
+
+        const int64_t BH = int64_t(whole.batch) * whole.heads, D = whole.head_dim;
+        const std::vector<Shard> shards = make_shards(sharding, whole.len_q, P);
+        std::vector<bf16*> q(static_cast<size_t>(P)), k(static_cast<size_t>(P)), v(static_cast<size_t>(P)), o(static_cast<size_t>(P)), dout(static_cast<size_t>(P)), dq(static_cast<size_t>(P)),
+            dk(static_cast<size_t>(P)), dv(static_cast<size_t>(P));
+        std::vector<float*> lse(static_cast<size_t>(P));
+        for (int r = 0; r < P; ++r) {
+            CUDA_CHECK(cudaSetDevice(r));
+            const int64_t elements = BH * shards[size_t(r)].length() * D;
+            for (bf16** tensor : {&q[size_t(r)], &k[size_t(r)], &v[size_t(r)], &o[size_t(r)], &dout[size_t(r)]})
+                *tensor = device_alloc<bf16>(static_cast<size_t>(elements));
+            if (options.pass != "fwd")
+                for (bf16** tensor : {&dq[size_t(r)], &dk[size_t(r)], &dv[size_t(r)]})
+                    *tensor = device_alloc<bf16>(static_cast<size_t>(elements));
+            lse[size_t(r)] = device_alloc<float>(size_t(BH * shards[size_t(r)].length()));
+            fill_random(q[size_t(r)], elements, 1 + 10 * uint64_t(r));
+            fill_random(k[size_t(r)], elements, 2 + 10 * uint64_t(r));
+            fill_random(v[size_t(r)], elements, 3 + 10 * uint64_t(r));
+            fill_random(dout[size_t(r)], elements, 4 + 10 * uint64_t(r));
+            CUDA_CHECK(cudaDeviceSynchronize());
+        }
+        auto constant = [](const std::vector<bf16*>& list) { return std::vector<const bf16*>(list.begin(), list.end()); };
+        auto forward = [&] { ring.forward(constant(q), constant(k), constant(v), o, lse, whole, sharding); };
+        auto backward = [&] {
+            ring.backward(constant(q), constant(k), constant(v), constant(o),
+                          std::vector<const float*>(lse.begin(), lse.end()), constant(dout), dq, dk, dv, whole, sharding);
+        };
+
+        // Stage 11 on one GPU, same shape at the baseline length.
+        CUDA_CHECK(cudaSetDevice(0));
+        const int base_len = options.baseline_len > 0 ? options.baseline_len : std::min(options.len, 131072);
+        const AttentionShape base = make_shape(options.batch, options.heads, base_len, base_len, options.head_dim,
+                                               options.causal);
+        DeviceBuffer<bf16> bq(size_t(base.q_elements())), bk(size_t(base.kv_elements())), bv(size_t(base.kv_elements())),
+            bo(size_t(base.q_elements())), bdo(size_t(base.q_elements()));
+        DeviceBuffer<float> blse(size_t(base.lse_elements()));
+        fill_random(bq.data(), base.q_elements(), 101);
+        fill_random(bk.data(), base.kv_elements(), 102);
+        fill_random(bv.data(), base.kv_elements(), 103);
+        fill_random(bdo.data(), base.q_elements(), 104);
+
+        for (const std::string pass : {"fwd", "bwd"}) {
+            if (options.pass != "both" && options.pass != pass) continue;
+            const bool is_forward = pass == "fwd";
+            std::pair<double, double> ring_ms, base_ms;
+            if (is_forward) {
+                ring_ms = time_host(forward, options.repeats);
+                CUDA_CHECK(cudaSetDevice(0));
+                base_ms = time_events([&] { attention_forward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), base); },
+                                      options.repeats);
+            } else {
+                forward();
+                ring_ms = time_host(backward, options.repeats);
+                CUDA_CHECK(cudaSetDevice(0));
+                attention_forward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), base);
+                DeviceBuffer<bf16> bdq(size_t(base.q_elements())), bdk(size_t(base.kv_elements())),
+                    bdv(size_t(base.kv_elements()));
+                base_ms = time_events([&] {
+                    attention_backward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), bdo.data(), bdq.data(),
+                                       bdk.data(), bdv.data(), base);
+                }, options.repeats);
+            }
+            const double flops = is_forward ? forward_flops(whole) : backward_flops(whole);
+            const double base_flops = is_forward ? forward_flops(base) : backward_flops(base);
+            const double per_gpu = flops / P / (ring_ms.first * 1e-3) / 1e12;
+            const double base_tflops = base_flops / (base_ms.first * 1e-3) / 1e12;
+            std::printf("%s,%d,%s,%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.2f,%d,%.4f,%.2f,%.4f,%s,ok\n", properties.name, P,
+                        sharding_name(sharding), whole.batch, whole.heads, whole.len_q, whole.head_dim,
+                        int(whole.causal), pass.c_str(), ring_ms.first, ring_ms.second, per_gpu, base_len,
+                        base_ms.first, base_tflops, per_gpu / base_tflops, ring_nccl_version().c_str());
+            std::fflush(stdout);
+        }
+        for (int r = 0; r < P; ++r) {
+            CUDA_CHECK(cudaSetDevice(r));
+            for (bf16* tensor : {q[size_t(r)], k[size_t(r)], v[size_t(r)], o[size_t(r)], dout[size_t(r)],
+                                 dq[size_t(r)], dk[size_t(r)], dv[size_t(r)]})
+                if (tensor) cudaFree(tensor);
+            cudaFree(lse[size_t(r)]);
+        }
+    } catch (const std::exception& error) {
+        // One row that says why (too large for the GPUs' memory, say), then a failing status.
+        std::string why = error.what();
+        std::replace(why.begin(), why.end(), ',', ';');
+        std::printf("-,%d,%s,%d,%d,%d,%d,%d,%s,,,,,,,,,skipped: %s\n", options.gpus, options.sharding.c_str(),
+                    options.batch, options.heads, options.len, options.head_dim, int(options.causal),
+                    options.pass.c_str(), why.c_str());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,210 @@
+// Ring attention: one sequence split across P GPUs. Each GPU keeps its queries; the key/value
+// blocks travel one hop round the ring per step, so that after P steps every GPU has seen every
+// block; stage 11's forward computes each (local queries, block in hand) pair with its
+// log-sum-exp, and the merge rule of stage 03 (merge.h) combines the partial outputs exactly.
+//
+// This header holds what needs no GPU (the shardings, the calls each step makes, the FP64
+// simulation of the whole ring) and the GPU ring itself (RingAttention, on NCCL), which
+// attention.cu defines.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "attention.h"
+
+// ---- sharding -------------------------------------------------------------------------------
+
+// How the N tokens of the sequence are dealt to P GPUs.
+//   contiguous: GPU r holds tokens [r N/P, (r+1) N/P): causal work grows with r.
+//   zigzag:     the sequence cut into 2P chunks; GPU r holds chunk r and chunk 2P-1-r, one from
+//               each end, so every GPU holds as much of the triangle as every other.
+//   striped:    GPU r holds tokens r, r+P, r+2P, ...
+// Where N does not divide, the first pieces get one token more.
+enum class Sharding { contiguous, zigzag, striped };
+const char* sharding_name(Sharding sharding);
+// "contiguous", "zigzag" or "striped"; anything else throws std::invalid_argument.
+Sharding parse_sharding(const std::string& name);
+
+// A run of one GPU's tokens: global positions first, first + stride, ... (length of them).
+struct Piece {
+    int64_t first = 0;
+    int64_t length = 0;
+    int64_t stride = 1;
+    int64_t position(int64_t i) const { return first + i * stride; }
+};
+
+// What one GPU holds: its pieces in order. In memory each piece is a tensor of its own,
+// [batch, heads, length, head_dim], and the pieces lie one after another ("piece-major"), so
+// that every piece is a contiguous tensor of the attention contract. With one piece (contiguous,
+// striped) that is the plain [batch, heads, len, head_dim] layout.
+struct Shard {
+    std::vector<Piece> pieces;
+    int64_t length() const;             // tokens held
+    int64_t offset(int piece) const;    // tokens in the pieces before `piece`
+};
+
+// One Shard per GPU. Throws std::invalid_argument for len < 1 or devices < 1.
+std::vector<Shard> make_shards(Sharding sharding, int64_t len, int devices);
+
+// The index maps: the global position of a GPU's local token, and back. locate() is written
+// from the sharding's formula, not by search, so that the tests check one map against the other.
+struct Location {
+    int device;
+    int64_t local;
+};
+int64_t global_position(const std::vector<Shard>& shards, int device, int64_t local);
+Location locate(Sharding sharding, int64_t len, int devices, int64_t global);
+
+// ---- the calls one step makes ---------------------------------------------------------------
+
+// One call of the single-GPU forward (or backward): rows [query_begin, query_begin + query_count)
+// of a local query piece against rows [key_begin, key_begin + key_count) of a piece of the block
+// in hand, unmasked or causal (top-left aligned over the two ranges: query_begin + i sees
+// key_begin + j iff j <= i, the stage contract's causal).
+struct BlockCall {
+    int query_piece = 0;
+    int64_t query_begin = 0, query_count = 0;
+    int key_piece = 0;
+    int64_t key_begin = 0, key_count = 0;
+    bool causal = false;
+};
+
+// Every call that covers the (query, key) pairs of `queries` x `keys` that attention keeps: all
+// of them, or under the causal mask those with key position <= query position. Blocks entirely
+// above the diagonal make no call; a piece against itself is one causal call; striped tokens of a
+// later GPU are seen strictly below the diagonal, which is the causal call with the first query
+// row and the last key dropped.
+std::vector<BlockCall> block_calls(const Shard& queries, const Shard& keys, bool causal);
+
+// The (query, key) pairs one call computes.
+int64_t call_pairs(const BlockCall& call);
+
+// The step at which GPU `device` holds the block of GPU `owner`: blocks move one hop
+// (r -> r+1) per step, so at step t GPU r holds the block of GPU (r - t) mod P.
+inline int block_owner(int device, int step, int devices) {
+    return ((device - step) % devices + devices) % devices;
+}
+
+// work[step][device]: the pairs GPU `device` computes at `step`.
+std::vector<std::vector<int64_t>> step_work(const std::vector<Shard>& shards, bool causal);
+
+// ---- layouts and the FP64 simulation ---------------------------------------------------------
+
+// [batch, heads, len, head_dim] (row_width = head_dim; 1 for lse [batch, heads, len]) -> one
+// piece-major buffer per GPU, and back.
+std::vector<std::vector<float>> shard_rows(const std::vector<float>& whole, const std::vector<Shard>& shards,
+                                           int64_t batch_heads, int64_t len, int64_t row_width);
+template <class T>
+std::vector<T> unshard_rows(const std::vector<std::vector<T>>& local, const std::vector<Shard>& shards,
+                            int64_t batch_heads, int64_t len, int64_t row_width);
+
+// Where row `row` of piece `piece`, head `head`, starts in a piece-major buffer.
+int64_t piece_row_offset(const Shard& shard, int piece, int64_t batch_heads, int64_t head,
+                         int64_t row, int64_t row_width);
+
+// The FP64 merge of a partial state into an accumulated one, rows of head_dim values.
+void merge_rows(double* o_accumulated, double* lse_accumulated, const double* o_partial,
+                const double* lse_partial, int64_t rows, int64_t head_dim);
+// The same in FP32, as the CUDA kernel computes it (its arithmetic, on the host).
+void merge_rows(float* o_accumulated, float* lse_accumulated, const float* o_partial,
+                const float* lse_partial, int64_t rows, int64_t head_dim);
+
+// The ring run on the host: P virtual GPUs, each with its own buffers in the piece-major
+// layout; the key/value blocks (and in the backward their dK, dV) are handed from GPU to GPU
+// step by step as NCCL would, and each call is computed by the FP64 reference. Inputs are the
+// whole [batch, heads, len, head_dim] tensors; the results are gathered back to that layout.
+struct RingResult {
+    std::vector<double> o, lse;       // forward
+    std::vector<double> dq, dk, dv;   // backward
+};
+// Forward: the reference per call, merged in FP64 (or, with fp32_merge, in FP32 on FP32
+// accumulators, as the GPU does).
+RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding, int devices,
+                                 const std::vector<float>& q, const std::vector<float>& k,
+                                 const std::vector<float>& v, bool fp32_merge = false);
+
+// How the backward of one call finds delta_i = rowsum(dO_i * O_i): from the whole row's O (what
+// the ring needs, and what stage 11 computes from the o it is given), or summed over the keys
+// of the call alone (what stage 11's backward does when one key tile holds all of len_kv: right
+// for a whole sequence, wrong for a ring's block; the tests show it).
+enum class DeltaSource { whole_row, block_keys };
+
+// Backward: dQ stays on its GPU, dK and dV travel with their block and come home after the last
+// step. o and lse are the forward's (the whole sequence's), in the whole layout.
+RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding, int devices,
+                                  const std::vector<float>& q, const std::vector<float>& k,
+                                  const std::vector<float>& v, const std::vector<double>& o,
+                                  const std::vector<double>& lse, const std::vector<float>& dout,
+                                  DeltaSource delta = DeltaSource::whole_row);
+
+// The gradient of one call in FP64 against the whole row's softmax (lse) and delta: what each
+// GPU adds into dQ (rows of the query piece) and into the travelling dK, dV (rows of the key
+// piece). Tensors are [batch_heads, rows, head_dim] of the call's rows.
+void reference_block_backward(int64_t batch_heads, int64_t query_count, int64_t key_count,
+                              int64_t head_dim, bool causal, double scale, const float* q,
+                              const float* k, const float* v, const float* dout,
+                              const double* lse, const double* delta, double* dq, double* dk,
+                              double* dv);
+
+// ---- the GPU ring (attention.cu; needs NCCL and Hopper GPUs) --------------------------------
+
+// Stage 11's backward sums delta over the block's own keys when one key tile (128 keys) holds
+// all of len_kv (see DeltaSource): the ring refuses a backward whose calls have that few keys.
+inline constexpr int64_t kRingMinimumBackwardKeys = 129;
+
+// The keys of the smallest call of the ring for this shape: the backward needs at least
+// kRingMinimumBackwardKeys.
+int64_t smallest_call_keys(const AttentionShape& whole, Sharding sharding, int devices);
+
+// The tensors of one ring call, one pointer per GPU each: {"q", {q on GPU 0, q on GPU 1, ...}}.
+using RingTensors = std::vector<std::pair<const char*, std::vector<const void*>>>;
+
+// Everything about a ring call that needs no GPU, checked before anything is launched: the
+// whole shape (self-attention, len_q == len_kv, within stage 11's capabilities), one pointer per
+// GPU for every tensor, not null unless that GPU holds no token, bf16 tensors aligned to stage 11's 16 bytes and FP32 ones
+// (lse) to 4, and for the backward, calls of at least kRingMinimumBackwardKeys keys. Throws
+// std::invalid_argument naming the field, its value and what is allowed.
+void validate_ring(const AttentionShape& whole, Sharding sharding, int devices, const RingTensors& bf16_tensors,
+                   const RingTensors& fp32_tensors, bool backward);
+
+#ifdef RING_HAVE_NCCL
+struct RingDevices;
+
+// One process, one host thread per GPU, one NCCL communicator per GPU (ncclCommInitAll).
+// Tensors are per GPU, in device memory on that GPU, bf16 in the piece-major layout of its
+// Shard (lse: FP32, [pieces][batch, heads, length]); `whole` is the whole sequence's shape
+// (len_q == len_kv == N, any batch, heads, head dim stage 11 supports, causal or not).
+// Every argument is checked before anything is launched (std::invalid_argument, nothing
+// written); a CUDA or NCCL failure during the ring aborts the communicators, throws
+// std::runtime_error, and leaves the object unusable (a new one starts afresh).
+class RingAttention {
+public:
+    explicit RingAttention(const std::vector<int>& devices);
+    ~RingAttention();
+    RingAttention(const RingAttention&) = delete;
+    RingAttention& operator=(const RingAttention&) = delete;
+
+    int devices() const;
+
+    void forward(const std::vector<const __nv_bfloat16*>& q, const std::vector<const __nv_bfloat16*>& k,
+                 const std::vector<const __nv_bfloat16*>& v, const std::vector<__nv_bfloat16*>& o,
+                 const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding);
+
+    void backward(const std::vector<const __nv_bfloat16*>& q, const std::vector<const __nv_bfloat16*>& k,
+                  const std::vector<const __nv_bfloat16*>& v, const std::vector<const __nv_bfloat16*>& o,
+                  const std::vector<const float*>& lse, const std::vector<const __nv_bfloat16*>& dout,
+                  const std::vector<__nv_bfloat16*>& dq, const std::vector<__nv_bfloat16*>& dk,
+                  const std::vector<__nv_bfloat16*>& dv, const AttentionShape& whole,
+                  Sharding sharding);
+
+private:
+    std::unique_ptr<RingDevices> ring_;
+};
+
+// The NCCL version the ring was built and runs with ("2.28.9 (built with 2.28.9)").
+std::string ring_nccl_version();
+#endif

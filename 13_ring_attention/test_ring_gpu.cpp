@@ -1,0 +1,305 @@
+// GPU cases of the ring: the NCCL ring on 1, 2, 4 and 8 Hopper GPUs, forward and backward,
+// against the FP64 reference on small shapes (odd lengths, causal and not, both head dims, every
+// sharding) and against stage 11 on the whole sequence on one GPU. Each case is skipped by
+// name, with its reason, where its GPUs (or NCCL, in a build without it) are not there.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "reference.h"
+#include "ring.h"
+#include "test_support.h"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+// Why a case on `gpus` GPUs cannot run here ("" when it can).
+const char* ring_skip_reason(int gpus) {
+    static std::map<int, std::string> reasons;
+    auto found = reasons.find(gpus);
+    if (found != reasons.end()) return found->second.c_str();
+    std::string reason;
+#ifndef RING_HAVE_NCCL
+    reason = "built without NCCL (RING_NCCL=0)";
+#else
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        cudaGetLastError();
+        count = 0;
+    }
+    int hopper = 0;
+    for (int d = 0; d < count; ++d) {
+        cudaDeviceProp properties{};
+        if (cudaGetDeviceProperties(&properties, d) == cudaSuccess && properties.major == 9 && properties.minor == 0)
+            ++hopper;
+    }
+    if (hopper < gpus)
+        reason = "needs " + std::to_string(gpus) + " Hopper GPU(s) (sm_90), " + std::to_string(hopper) + " visible";
+#endif
+    return reasons.emplace(gpus, reason).first->second.c_str();
+}
+
+}  // namespace
+
+#define RING_GPU_TEST_CASE(name, gpus) \
+    TEST_CASE(name * doctest::skip(*ring_skip_reason(gpus) != '\0') * doctest::description(ring_skip_reason(gpus)))
+
+#ifdef RING_HAVE_NCCL
+
+namespace {
+
+constexpr Sharding kShardings[] = {Sharding::contiguous, Sharding::zigzag, Sharding::striped};
+
+std::vector<int> first_gpus(int count) {
+    std::vector<int> gpus(static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) gpus[size_t(i)] = i;
+    return gpus;
+}
+
+// The inputs of one case, bf16-rounded, in the whole [batch, heads, len, head_dim] layout.
+struct Inputs {
+    AttentionShape shape;
+    std::vector<float> q, k, v, dout;
+    explicit Inputs(const AttentionShape& whole, uint64_t seed) : shape(whole) {
+        q = rounded_to_bf16(random_inputs(size_t(whole.q_elements()), seed));
+        k = rounded_to_bf16(random_inputs(size_t(whole.kv_elements()), seed + 1));
+        v = rounded_to_bf16(random_inputs(size_t(whole.kv_elements()), seed + 2));
+        dout = rounded_to_bf16(random_inputs(size_t(whole.q_elements()), seed + 3));
+    }
+};
+
+// What the ring returns, gathered back to the whole layout.
+struct RingOutputs {
+    std::vector<float> o, lse, dq, dk, dv;
+};
+
+// One GPU's tensors of a ring call (piece-major, on that GPU).
+struct Local {
+    DeviceBuffer<bf16> q, k, v, o, dout, dq, dk, dv;
+    DeviceBuffer<float> lse;
+};
+
+std::vector<float> gathered(const std::vector<std::vector<float>>& local, const std::vector<Shard>& shards,
+                            int64_t batch_heads, int64_t len, int64_t width) {
+    return unshard_rows(local, shards, batch_heads, len, width);
+}
+
+RingOutputs run_ring(RingAttention& ring, const Inputs& in, Sharding sharding, bool backward) {
+    const AttentionShape& whole = in.shape;
+    const int P = ring.devices();
+    const int64_t N = whole.len_q, D = whole.head_dim, BH = int64_t(whole.batch) * whole.heads;
+    const std::vector<Shard> shards = make_shards(sharding, N, P);
+    const auto q = shard_rows(in.q, shards, BH, N, D), k = shard_rows(in.k, shards, BH, N, D);
+    const auto v = shard_rows(in.v, shards, BH, N, D), dout = shard_rows(in.dout, shards, BH, N, D);
+    std::vector<Local> local(static_cast<size_t>(P));
+    for (int r = 0; r < P; ++r) {
+        CUDA_CHECK(cudaSetDevice(r));
+        const size_t elements = q[size_t(r)].size(), rows = elements / size_t(D);
+        Local& l = local[size_t(r)];
+        l.q = DeviceBuffer<bf16>(elements), l.k = DeviceBuffer<bf16>(elements), l.v = DeviceBuffer<bf16>(elements);
+        l.o = DeviceBuffer<bf16>(elements), l.dout = DeviceBuffer<bf16>(elements);
+        l.dq = DeviceBuffer<bf16>(elements), l.dk = DeviceBuffer<bf16>(elements), l.dv = DeviceBuffer<bf16>(elements);
+        l.lse = DeviceBuffer<float>(rows);
+        l.q.upload(from_float<bf16>(q[size_t(r)]));
+        l.k.upload(from_float<bf16>(k[size_t(r)]));
+        l.v.upload(from_float<bf16>(v[size_t(r)]));
+        l.dout.upload(from_float<bf16>(dout[size_t(r)]));
+        // Poisoned (NaN): an element the ring forgets to write fails the comparison.
+        for (DeviceBuffer<bf16>* out : {&l.o, &l.dq, &l.dk, &l.dv}) out->poison();
+        l.lse.poison();
+    }
+    auto pointers = [&](auto member) {
+        std::vector<decltype((local[0].*member).data())> list;
+        for (Local& l : local) list.push_back((l.*member).data());
+        return list;
+    };
+    auto constant = [](const std::vector<bf16*>& list) { return std::vector<const bf16*>(list.begin(), list.end()); };
+    const auto q_ptr = constant(pointers(&Local::q)), k_ptr = constant(pointers(&Local::k));
+    const auto v_ptr = constant(pointers(&Local::v)), do_ptr = constant(pointers(&Local::dout));
+    const auto o_ptr = pointers(&Local::o), dq_ptr = pointers(&Local::dq), dk_ptr = pointers(&Local::dk),
+               dv_ptr = pointers(&Local::dv);
+    const auto lse_ptr = pointers(&Local::lse);
+    ring.forward(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, whole, sharding);
+    if (backward)
+        ring.backward(q_ptr, k_ptr, v_ptr, constant(o_ptr), std::vector<const float*>(lse_ptr.begin(), lse_ptr.end()),
+                      do_ptr, dq_ptr, dk_ptr, dv_ptr, whole, sharding);
+
+    std::vector<std::vector<float>> o(static_cast<size_t>(P)), lse(static_cast<size_t>(P)), dq(static_cast<size_t>(P)), dk(static_cast<size_t>(P)), dv(static_cast<size_t>(P));
+    for (int r = 0; r < P; ++r) {
+        CUDA_CHECK(cudaSetDevice(r));
+        Local& l = local[size_t(r)];
+        o[size_t(r)] = to_float(l.o.download());
+        lse[size_t(r)] = l.lse.download();
+        if (backward) {
+            dq[size_t(r)] = to_float(l.dq.download());
+            dk[size_t(r)] = to_float(l.dk.download());
+            dv[size_t(r)] = to_float(l.dv.download());
+        }
+    }
+    CUDA_CHECK(cudaSetDevice(0));
+    RingOutputs out;
+    out.o = gathered(o, shards, BH, N, D);
+    out.lse = gathered(lse, shards, BH, N, 1);
+    if (backward) {
+        out.dq = gathered(dq, shards, BH, N, D);
+        out.dk = gathered(dk, shards, BH, N, D);
+        out.dv = gathered(dv, shards, BH, N, D);
+    }
+    return out;
+}
+
+void check_lse(const ErrorStats& error) {
+    INFO("lse: ", error.to_string());
+    CHECK(error.non_finite == 0);
+    CHECK((error.relative_l2 <= 1e-5 || error.max_abs <= 1e-5));
+}
+
+// The ring against the FP64 reference on the same bf16-rounded inputs.
+void check_against_reference(RingAttention& ring, const AttentionShape& whole, Sharding sharding, bool backward) {
+    const uint64_t seed = fresh_seed();
+    INFO(whole.to_string(), " over ", ring.devices(), " GPU(s), ", sharding_name(sharding), " seed=", seed);
+    const Inputs in(whole, seed);
+    const RingOutputs out = run_ring(ring, in, sharding, backward);
+    std::vector<double> o(in.q.size()), lse(size_t(whole.lse_elements()));
+    reference_forward(whole, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
+    std::vector<float> plain(in.q.size());
+    emulated_bf16_forward(whole, in.q.data(), in.k.data(), in.v.data(), plain.data());
+    const ErrorStats o_error = compare(out.o, o), plain_error = compare(plain, o);
+    INFO("o: ", o_error.to_string(), "; plain bf16: ", plain_error.to_string());
+    CHECK(o_error.non_finite == 0);
+    CHECK(o_error.relative_l2 <= 1e-2);
+    // Each block's output is rounded to bf16 once more before the FP32 merge: allow three times
+    // a plain bf16 implementation's error (a single-GPU stage is held to twice).
+    CHECK(o_error.relative_l2 <= 3 * plain_error.relative_l2 + 1e-6);
+    check_lse(compare(out.lse, lse));
+    if (!backward) return;
+    std::vector<double> dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+    reference_backward(whole, in.q.data(), in.k.data(), in.v.data(), in.dout.data(), dq.data(), dk.data(), dv.data());
+    const ErrorStats dq_error = compare(out.dq, dq), dk_error = compare(out.dk, dk), dv_error = compare(out.dv, dv);
+    INFO("dq: ", dq_error.to_string(), "; dk: ", dk_error.to_string(), "; dv: ", dv_error.to_string());
+    for (const ErrorStats& error : {dq_error, dk_error, dv_error}) {
+        CHECK(error.non_finite == 0);
+        CHECK(error.relative_l2 <= 1e-2);
+    }
+}
+
+// The ring against stage 11 on the whole sequence, on GPU 0.
+void check_against_stage11(RingAttention& ring, const AttentionShape& whole, Sharding sharding) {
+    const uint64_t seed = fresh_seed();
+    INFO(whole.to_string(), " over ", ring.devices(), " GPUs, ", sharding_name(sharding), " seed=", seed);
+    const Inputs in(whole, seed);
+    const RingOutputs out = run_ring(ring, in, sharding, /*backward=*/true);
+    CUDA_CHECK(cudaSetDevice(0));
+    DeviceBuffer<bf16> q(in.q.size()), k(in.k.size()), v(in.v.size()), dout(in.dout.size()), o(in.q.size()),
+        dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+    DeviceBuffer<float> lse(size_t(whole.lse_elements()));
+    q.upload(from_float<bf16>(in.q));
+    k.upload(from_float<bf16>(in.k));
+    v.upload(from_float<bf16>(in.v));
+    dout.upload(from_float<bf16>(in.dout));
+    attention_forward(q.data(), k.data(), v.data(), o.data(), lse.data(), whole);
+    attention_backward(q.data(), k.data(), v.data(), o.data(), lse.data(), dout.data(), dq.data(), dk.data(),
+                       dv.data(), whole);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    auto as_double = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+    const ErrorStats o_error = compare(out.o, as_double(to_float(o.download())));
+    INFO("o against stage 11: ", o_error.to_string());
+    CHECK(o_error.non_finite == 0);
+    CHECK(o_error.relative_l2 <= 1e-2);
+    check_lse(compare(out.lse, as_double(lse.download())));
+    const ErrorStats dq_error = compare(out.dq, as_double(to_float(dq.download())));
+    const ErrorStats dk_error = compare(out.dk, as_double(to_float(dk.download())));
+    const ErrorStats dv_error = compare(out.dv, as_double(to_float(dv.download())));
+    INFO("against stage 11: dq ", dq_error.to_string(), "; dk ", dk_error.to_string(), "; dv ", dv_error.to_string());
+    for (const ErrorStats& error : {dq_error, dk_error, dv_error}) {
+        CHECK(error.non_finite == 0);
+        CHECK(error.relative_l2 <= 1e-2);
+    }
+}
+
+// Small shapes against FP64 on `gpus` GPUs: the forward at odd lengths (one shorter than the
+// ring, so that some GPUs hold nothing), the backward where every call has 129 keys or more.
+void small_shapes(int gpus) {
+    RingAttention ring(first_gpus(gpus));
+    for (int head_dim : {64, 128})
+        for (bool causal : {false, true})
+            for (Sharding sharding : kShardings) {
+                for (int len : {1, 3, 17, 63, 65, 127, 1001})
+                    check_against_reference(ring, make_shape(1, 2, len, len, head_dim, causal), sharding, false);
+                check_against_reference(ring, make_shape(2, 3, 333, 333, head_dim, causal), sharding, false);
+                // 2P chunks of at least 129 keys, plus an odd remainder.
+                const int len = 2 * gpus * 129 + 2 * gpus - 1;
+                check_against_reference(ring, make_shape(1, 2, len, len, head_dim, causal), sharding, true);
+            }
+}
+
+void long_shapes(int gpus) {
+    RingAttention ring(first_gpus(gpus));
+    for (int head_dim : {64, 128})
+        for (bool causal : {false, true})
+            for (Sharding sharding : kShardings)
+                for (int len : {4099, 16383})
+                    check_against_stage11(ring, make_shape(1, 4, len, len, head_dim, causal), sharding);
+}
+
+}  // namespace
+
+RING_GPU_TEST_CASE("ring GPU: a ring of 1 GPU, forward and backward, against FP64 and stage 11", 1) {
+    MESSAGE("NCCL ", ring_nccl_version());
+    RingAttention ring(first_gpus(1));
+    for (int head_dim : {64, 128})
+        for (bool causal : {false, true}) {
+            for (int len : {1, 17, 65, 1000})
+                check_against_reference(ring, make_shape(1, 2, len, len, head_dim, causal), Sharding::zigzag, false);
+            check_against_reference(ring, make_shape(2, 1, 300, 300, head_dim, causal), Sharding::zigzag, true);
+            check_against_stage11(ring, make_shape(1, 4, 4099, 4099, head_dim, causal), Sharding::zigzag);
+        }
+}
+
+RING_GPU_TEST_CASE("ring GPU: 2 GPUs against FP64 on small odd shapes, every sharding, forward and backward", 2) {
+    small_shapes(2);
+}
+
+RING_GPU_TEST_CASE("ring GPU: 2 GPUs against stage 11 on the whole sequence, forward and backward", 2) {
+    long_shapes(2);
+}
+
+RING_GPU_TEST_CASE("ring GPU: 4 GPUs against FP64 on small odd shapes, every sharding, forward and backward", 4) {
+    small_shapes(4);
+}
+
+RING_GPU_TEST_CASE("ring GPU: 4 GPUs against stage 11 on the whole sequence, forward and backward", 4) {
+    long_shapes(4);
+}
+
+RING_GPU_TEST_CASE("ring GPU: 8 GPUs against stage 11 on the whole sequence, forward and backward", 8) {
+    long_shapes(8);
+}
+
+RING_GPU_TEST_CASE("ring GPU: bad arguments are refused before anything runs", 2) {
+    RingAttention ring(first_gpus(2));
+    const AttentionShape whole = make_shape(1, 1, 300, 300, 64, true);
+    DeviceBuffer<bf16> a(600 * 64), b(600 * 64);
+    DeviceBuffer<float> l(600);
+    const std::vector<const bf16*> in{a.data(), b.data()};
+    const std::vector<bf16*> out{a.data(), b.data()};
+    const std::vector<float*> lse{l.data(), l.data() + 300};
+    CHECK_THROWS_AS(ring.forward({a.data()}, in, in, out, lse, whole, Sharding::zigzag), std::invalid_argument);
+    CHECK_THROWS_AS(ring.forward(in, in, in, out, lse, make_shape(1, 1, 300, 301, 64, true), Sharding::zigzag),
+                    std::invalid_argument);
+    CHECK_THROWS_AS(RingAttention({0, 0}), std::invalid_argument);
+}
+
+#else
+
+// Registered so that a build without NCCL lists them as skipped, by name.
+RING_GPU_TEST_CASE("ring GPU: a ring of 1 GPU, forward and backward, against FP64 and stage 11", 1) {}
+RING_GPU_TEST_CASE("ring GPU: 2 GPUs against FP64 on small odd shapes, every sharding, forward and backward", 2) {}
+RING_GPU_TEST_CASE("ring GPU: 2 GPUs against stage 11 on the whole sequence, forward and backward", 2) {}
+RING_GPU_TEST_CASE("ring GPU: 4 GPUs against FP64 on small odd shapes, every sharding, forward and backward", 4) {}
+RING_GPU_TEST_CASE("ring GPU: 4 GPUs against stage 11 on the whole sequence, forward and backward", 4) {}
+RING_GPU_TEST_CASE("ring GPU: 8 GPUs against stage 11 on the whole sequence, forward and backward", 8) {}
+RING_GPU_TEST_CASE("ring GPU: bad arguments are refused before anything runs", 2) {}
+
+#endif
