@@ -229,5 +229,21 @@ if [[ -n $header ]]; then
         make test "${NO_DOCTEST[@]}" DOCTEST_URL="http://127.0.0.1:$port/doctest.h" DOCTEST_SHA256="$(printf '0%.0s' {1..64})"
 fi
 
+echo "-- NCCL out of reach (13_ring_attention)"
+# A wrong NCCL_HOME stops the ring's build in one line, before anything is built (Doctest is
+# taken from the scratch header above, so that nothing is fetched either).
+expect 2 "NCCL_HOME=$tmp/none has no include/nccl.h and lib/libnccl.so.2: .*RING_NCCL=0" \
+    make -C 13_ring_attention NCCL_HOME="$tmp/none" DOCTEST_INCLUDE="$tmp/include"
+# No NCCL anywhere and PyPI out of reach: the fetch says what to install (only where no NCCL is
+# installed for python3 or the system, which the script would take first).
+if ! python3 -c "from importlib import metadata; metadata.distribution('nvidia-nccl-cu13')" 2>/dev/null &&
+    [[ ! -f /usr/include/nccl.h ]]; then
+    expect 1 "could not download nvidia-nccl-cu13 .*install NCCL with: python3 -m pip install nvidia-nccl-cu13==" \
+        env DEPS_DIR="$tmp/no-nccl" PIP_INDEX_URL=http://127.0.0.1:9/ PIP_RETRIES=0 PIP_TIMEOUT=2 bash common/fetch_nccl.sh
+else
+    checks=$((checks + 1))
+    echo "ok: (NCCL is installed here; the failing download is not exercised)"
+fi
+
 echo "message checks: $((checks - failures)) passed, $failures failed"
 [[ $failures -eq 0 ]]

@@ -3,7 +3,8 @@
 //
 //   bench_13_ring_attention --gpus 4 --sharding zigzag --heads 32 --len 262144 --head-dim 128
 //                           --causal 1 [--batch 1] [--pass fwd|bwd|both] [--repeats 5]
-//                           [--baseline-len 65536] [--header]
+//                           [--baseline-len 65536]
+//   bench_13_ring_attention --print-header      the CSV's header line alone
 //
 // How it times: the ring's call is synchronous on the host (every GPU's thread joins), so a
 // call is timed by the host clock from its start to the last GPU's end: what a training step
@@ -38,7 +39,7 @@ using bf16 = __nv_bfloat16;
 
 struct Options {
     int gpus = 2, batch = 1, heads = 32, len = 65536, head_dim = 128, repeats = 5, baseline_len = 0;
-    bool causal = true, header = false;
+    bool causal = true;
     std::string sharding = "zigzag", pass = "both";
 };
 
@@ -46,7 +47,7 @@ struct Options {
     std::fprintf(stderr,
                  "bench_13_ring_attention: %s\nusage: bench_13_ring_attention --gpus P --sharding "
                  "contiguous|zigzag|striped --len N [--batch B] [--heads H] [--head-dim 64|128] [--causal 0|1] "
-                 "[--pass fwd|bwd|both] [--repeats R] [--baseline-len L] [--header]\n",
+                 "[--pass fwd|bwd|both] [--repeats R] [--baseline-len L]; or --print-header\n",
                  problem.c_str());
     std::exit(2);
 }
@@ -55,9 +56,10 @@ Options parse(int argc, char** argv) {
     Options options;
     for (int i = 1; i < argc; ++i) {
         const std::string flag = argv[i];
-        if (flag == "--header") {
-            options.header = true;
-            continue;
+        if (flag == "--print-header") {
+            std::printf("gpu,gpus,sharding,batch,heads,len,head_dim,causal,pass,median_ms,min_ms,tflops_per_gpu,"
+                        "baseline_len,baseline_ms,baseline_tflops,efficiency,nccl,status\n");
+            std::exit(0);
         }
         if (i + 1 >= argc) usage(flag + " needs a value");
         const std::string value = argv[++i];
@@ -142,9 +144,6 @@ std::pair<double, double> time_events(Call call, int repeats) {
 
 int main(int argc, char** argv) {
     const Options options = parse(argc, argv);
-    if (options.header)
-        std::printf("gpu,gpus,sharding,batch,heads,len,head_dim,causal,pass,median_ms,min_ms,tflops_per_gpu,"
-                    "baseline_len,baseline_ms,baseline_tflops,efficiency,nccl,status\n");
     try {
         const Sharding sharding = parse_sharding(options.sharding);
         const AttentionShape whole = make_shape(options.batch, options.heads, options.len, options.len,

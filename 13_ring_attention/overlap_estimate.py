@@ -78,6 +78,18 @@ def report(csv_path):
                     line += f"{l_min:>12.0f}"
                     lines.append(line)
     lines.append("")
+    lines.append("One GPU at a million tokens (B = 1, H = 32, D = 128, causal), at stage 11's 16K rates:")
+    heads, head_dim, tokens = 32, 128, 1 << 20
+    forward_bytes = 4 * heads * head_dim * 2 + heads * 4            # Q, K, V, O bf16; LSE FP32
+    backward_bytes = forward_bytes + 4 * heads * head_dim * 2 + heads * head_dim * 4 + 2 * heads * 4
+    # dO, dQ, dK, dV bf16; stage 11's FP32 dQ accumulator; its delta and LSE rows
+    for pass_, per_token in [("fwd", forward_bytes), ("bwd", backward_bytes)]:
+        ms = stage11_ms(rows, 1, heads, 16384, head_dim, 1, pass_)
+        rate = (4 * heads * 16384 ** 2 * head_dim / 2) * (1 if pass_ == "fwd" else 2.5) / (ms * 1e-3)
+        flops = (4 * heads * tokens ** 2 * head_dim / 2) * (1 if pass_ == "fwd" else 2.5)
+        lines.append(f"  {pass_}: {per_token:,} bytes per token, {per_token * tokens / 2**30:.0f} GiB; "
+                     f"{rate / 1e12:.0f} TFLOP/s -> {flops / rate:.1f} s per call")
+    lines.append("")
     lines.append("The ratio grows in proportion to L: at the issue's 64K tokens per GPU it is four")
     lines.append("times the 16K row's. Whether the transfer really hides also depends on what it")
     lines.append("takes from the compute (SMs for NCCL's kernels, memory bandwidth): the device run says.")
