@@ -295,15 +295,22 @@ struct Block {
 };
 
 // One NCCL group: K and V of the block in hand to the next GPU, the next block from the previous.
+// A GPU that holds no token (a sequence shorter than the pieces) sends and receives nothing;
+// both ends of a transfer compute the same count, so they skip it together.
 void pass_block(const RingPlan& plan, const RingDevices::Device& device, int r, Block send, int send_owner,
                 bf16* receive_k, bf16* receive_v, int receive_owner) {
-    const int64_t send_count = plan.elements(send_owner), receive_count = plan.elements(receive_owner);
+    const size_t send_count = size_t(plan.elements(send_owner)), receive_count = size_t(plan.elements(receive_owner));
+    const int next = plan.next(r), previous = plan.previous(r);
     // excerpt: pass-block
     NCCL_CHECK(ncclGroupStart(), device.comm);
-    NCCL_CHECK(ncclSend(send.k, size_t(send_count), ncclBfloat16, plan.next(r), device.comm, device.comm_stream), device.comm);
-    NCCL_CHECK(ncclSend(send.v, size_t(send_count), ncclBfloat16, plan.next(r), device.comm, device.comm_stream), device.comm);
-    NCCL_CHECK(ncclRecv(receive_k, size_t(receive_count), ncclBfloat16, plan.previous(r), device.comm, device.comm_stream), device.comm);
-    NCCL_CHECK(ncclRecv(receive_v, size_t(receive_count), ncclBfloat16, plan.previous(r), device.comm, device.comm_stream), device.comm);
+    if (send_count > 0) {
+        NCCL_CHECK(ncclSend(send.k, send_count, ncclBfloat16, next, device.comm, device.comm_stream), device.comm);
+        NCCL_CHECK(ncclSend(send.v, send_count, ncclBfloat16, next, device.comm, device.comm_stream), device.comm);
+    }
+    if (receive_count > 0) {
+        NCCL_CHECK(ncclRecv(receive_k, receive_count, ncclBfloat16, previous, device.comm, device.comm_stream), device.comm);
+        NCCL_CHECK(ncclRecv(receive_v, receive_count, ncclBfloat16, previous, device.comm, device.comm_stream), device.comm);
+    }
     NCCL_CHECK(ncclGroupEnd(), device.comm);
     // end excerpt
 }
@@ -315,6 +322,8 @@ void pass_block(const RingPlan& plan, const RingDevices::Device& device, int r, 
 RingAttention::RingAttention(const std::vector<int>& devices) : ring_(std::make_unique<RingDevices>()) {
     if (devices.empty())
         throw std::invalid_argument("ring attention: devices = {} is not allowed: name at least one GPU");
+    int caller_device = 0;  // given back at the end: setting up every GPU changes the current one
+    CUDA_CHECK(cudaGetDevice(&caller_device));
     int visible = 0;
     CUDA_CHECK(cudaGetDeviceCount(&visible));
     for (size_t i = 0; i < devices.size(); ++i) {
@@ -361,6 +370,7 @@ RingAttention::RingAttention(const std::vector<int>& devices) : ring_(std::make_
             NCCL_CHECK(ncclGroupEnd(), device.comm);
             ring_->wait(device.comm_stream);
         });
+    CUDA_CHECK(cudaSetDevice(caller_device));
 }
 
 RingAttention::~RingAttention() {
@@ -480,8 +490,9 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         }
         // end excerpt
         to_bf16(o[size_t(r)], o_sum, BH * rows * D, compute);
-        CUDA_CHECK(cudaMemcpyAsync(lse[size_t(r)], lse_sum, size_t(BH * rows) * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, compute));
+        if (rows > 0)
+            CUDA_CHECK(cudaMemcpyAsync(lse[size_t(r)], lse_sum, size_t(BH * rows) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, compute));
         // The workspace is freed on the compute stream: after the last transfer too.
         CUDA_CHECK(cudaEventRecord(transfers_done[0], comm));
         CUDA_CHECK(cudaStreamWaitEvent(compute, transfers_done[0], 0));
@@ -561,13 +572,16 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         // After step `step`: its block's dK, dV sums go on to the next GPU; the sums of the block
         // of step + 1 come in (after the last step, this GPU's own come home).
         auto pass_sums = [&](int step) {
-            const int send_owner = block_owner(r, step, P), receive_owner = block_owner(r, step + 1, P);
+            const size_t send_count = size_t(2 * plan.elements(block_owner(r, step, P)));
+            const size_t receive_count = size_t(2 * plan.elements(block_owner(r, step + 1, P)));
             // excerpt: pass-sums
             NCCL_CHECK(ncclGroupStart(), device.comm);
-            NCCL_CHECK(ncclSend(sums_in_hand(step), size_t(2 * plan.elements(send_owner)), ncclFloat32,
-                                plan.next(r), device.comm, comm), device.comm);
-            NCCL_CHECK(ncclRecv(sums_in_hand(step + 1), size_t(2 * plan.elements(receive_owner)), ncclFloat32,
-                                plan.previous(r), device.comm, comm), device.comm);
+            if (send_count > 0)
+                NCCL_CHECK(ncclSend(sums_in_hand(step), send_count, ncclFloat32, plan.next(r), device.comm, comm),
+                           device.comm);
+            if (receive_count > 0)
+                NCCL_CHECK(ncclRecv(sums_in_hand(step + 1), receive_count, ncclFloat32, plan.previous(r), device.comm,
+                                    comm), device.comm);
             NCCL_CHECK(ncclGroupEnd(), device.comm);
             // end excerpt
             CUDA_CHECK(cudaEventRecord(sums_arrived[size_t(step + 1)], comm));
