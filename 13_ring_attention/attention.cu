@@ -315,6 +315,24 @@ void pass_block(const RingPlan& plan, const RingDevices::Device& device, int r, 
     // end excerpt
 }
 
+// Each GPU's tensors must live on that GPU: a pointer to another GPU's memory would make every
+// kernel read across NVLink (or fail), and NCCL would move the wrong GPU's memory.
+void check_residence(const RingDevices& ring, const RingTensors& tensors) {
+    for (const auto& [field, pointers] : tensors)
+        for (size_t r = 0; r < pointers.size(); ++r) {
+            if (pointers[r] == nullptr) continue;  // a GPU that holds no token (validate_ring)
+            cudaPointerAttributes attributes{};
+            CUDA_CHECK(cudaPointerGetAttributes(&attributes, pointers[r]));
+            if (attributes.type != cudaMemoryTypeDevice || attributes.device != ring.devices[r].id)
+                throw std::invalid_argument(
+                    "ring attention: " + std::string(field) + "[" + std::to_string(r) + "] is not allowed: it must be "
+                    "device memory of GPU " + std::to_string(ring.devices[r].id) + " (the ring's GPU " +
+                    std::to_string(r) + "), and it is " +
+                    (attributes.type == cudaMemoryTypeDevice ? "on GPU " + std::to_string(attributes.device)
+                                                              : std::string("not device memory")));
+        }
+}
+
 }  // namespace
 
 // ---- RingAttention ------------------------------------------------------------------------------
@@ -404,10 +422,12 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                             const std::vector<const bf16*>& v, const std::vector<bf16*>& o,
                             const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding) {
     const int P = devices();
-    validate_ring(whole, sharding, P,
-                  {{"q", {q.begin(), q.end()}}, {"k", {k.begin(), k.end()}}, {"v", {v.begin(), v.end()}},
-                   {"o", {o.begin(), o.end()}}},
-                  {{"lse", {lse.begin(), lse.end()}}}, /*backward=*/false);
+    const RingTensors bf16_tensors{{"q", {q.begin(), q.end()}}, {"k", {k.begin(), k.end()}},
+                                   {"v", {v.begin(), v.end()}}, {"o", {o.begin(), o.end()}}};
+    const RingTensors fp32_tensors{{"lse", {lse.begin(), lse.end()}}};
+    validate_ring(whole, sharding, P, bf16_tensors, fp32_tensors, /*backward=*/false);
+    check_residence(*ring_, bf16_tensors);
+    check_residence(*ring_, fp32_tensors);
     const RingPlan plan(whole, sharding, P);
     const int64_t BH = plan.batch_heads, D = plan.head_dim;
 
@@ -506,11 +526,14 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                              const std::vector<bf16*>& dq, const std::vector<bf16*>& dk,
                              const std::vector<bf16*>& dv, const AttentionShape& whole, Sharding sharding) {
     const int P = devices();
-    validate_ring(whole, sharding, P,
-                  {{"q", {q.begin(), q.end()}}, {"k", {k.begin(), k.end()}}, {"v", {v.begin(), v.end()}},
-                   {"o", {o.begin(), o.end()}}, {"dout", {dout.begin(), dout.end()}},
-                   {"dq", {dq.begin(), dq.end()}}, {"dk", {dk.begin(), dk.end()}}, {"dv", {dv.begin(), dv.end()}}},
-                  {{"lse", {lse.begin(), lse.end()}}}, /*backward=*/true);
+    const RingTensors bf16_tensors{{"q", {q.begin(), q.end()}},       {"k", {k.begin(), k.end()}},
+                                   {"v", {v.begin(), v.end()}},       {"o", {o.begin(), o.end()}},
+                                   {"dout", {dout.begin(), dout.end()}}, {"dq", {dq.begin(), dq.end()}},
+                                   {"dk", {dk.begin(), dk.end()}},    {"dv", {dv.begin(), dv.end()}}};
+    const RingTensors fp32_tensors{{"lse", {lse.begin(), lse.end()}}};
+    validate_ring(whole, sharding, P, bf16_tensors, fp32_tensors, /*backward=*/true);
+    check_residence(*ring_, bf16_tensors);
+    check_residence(*ring_, fp32_tensors);
     const RingPlan plan(whole, sharding, P);
     const int64_t BH = plan.batch_heads, D = plan.head_dim;
 

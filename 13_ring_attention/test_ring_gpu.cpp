@@ -289,6 +289,13 @@ RING_GPU_TEST_CASE("ring GPU: bad arguments are refused before anything runs", 2
     CHECK_THROWS_AS(ring.forward(in, in, in, out, lse, make_shape(1, 1, 300, 301, 64, true), Sharding::zigzag),
                     std::invalid_argument);
     CHECK_THROWS_AS(RingAttention({0, 0}), std::invalid_argument);
+    // Both GPUs' tensors on GPU 0: refused, naming the tensor and the GPUs.
+    try {
+        ring.forward(in, in, in, out, lse, whole, Sharding::zigzag);
+        FAIL("tensors on the wrong GPU were accepted");
+    } catch (const std::invalid_argument& error) {
+        CHECK(std::string(error.what()).find("q[1]") != std::string::npos);
+    }
 }
 
 #else
