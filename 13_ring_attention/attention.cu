@@ -1,4 +1,4 @@
-// Stage 13 (number provisional): ring attention. The sequence is split across P GPUs; each GPU
+// Stage 13: ring attention. The sequence is split across P GPUs; each GPU
 // keeps its queries and, step by step, computes them against the key/value block in hand with
 // stage 11's forward (its output and log-sum-exp), merges that partial result into an FP32
 // accumulator by the rule of stage 03 (merge.h), and meanwhile passes the block one hop round
