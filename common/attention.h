@@ -31,6 +31,14 @@ struct AttentionShape {
     // launcher, because the backward's workspace depends on it and
     // attention_backward_workspace_bytes sees only the shape.
     bool deterministic = false;
+    // The backward's centred dQ (stages 07 and 11): dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c)
+    // with c the mean of this call's keys, which keeps K's common part from multiplying the
+    // rounding error of delta = rowsum(dO * O) through the bf16 O. Exact only when the call sees
+    // all of a row's keys: over a whole row rowsum(dS) = 0 in exact arithmetic, over part of one
+    // it is not. A caller that splits a row's keys over several calls and sums their dQ (ring
+    // attention, stage 13) sets it false, so that dQ = scale dS K as it is, and centres K itself,
+    // once, by the mean of all the keys. Forward-only stages ignore it (the forward has no dQ).
+    bool centred_dq = true;
 
     float softmax_scale() const;
     int64_t q_elements() const { return int64_t(batch) * heads * len_q * head_dim; }

@@ -32,7 +32,7 @@ extern "C" {
 
 /* Bumped whenever a struct or a signature below changes: a loader that mirrors the structs
  * (common/stage_abi.py) checks it against attention_c_abi_version(). */
-#define ATTENTION_C_ABI_VERSION 2
+#define ATTENTION_C_ABI_VERSION 3
 
 /* The problem. causal: 0 or 1 (top-left aligned, as PyTorch's is_causal: query i sees key j
  * iff j <= i). scale: 0 selects 1/sqrt(head_dim); otherwise positive and at most 2^16.
@@ -41,12 +41,19 @@ extern "C" {
  * accepts either value. A stage whose capabilities say deterministic_backward = 0 refuses 1 in
  * attention_c_backward and attention_c_backward_workspace_bytes (ATTENTION_C_INVALID_ARGUMENT,
  * "deterministic = true is not allowed"); a stage that has it may need more workspace for it.
- * Added in ABI version 2; zero-initialise the struct and 0 keeps version 1's behaviour. */
+ * Added in ABI version 2; zero-initialise the struct and 0 keeps version 1's behaviour.
+ * centred_dq: 0 or 1 (AttentionShape::centred_dq, whose default is 1): 1 is the backward's
+ * centred dQ, dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c) with c the mean of the call's
+ * keys, exact only when the call sees all of a row's keys; 0 is dQ = scale dS K as it is, for a
+ * caller that splits a row's keys over several calls and centres K itself (ring attention).
+ * Forward-only stages accept either value and ignore it. Added in ABI version 3. Unlike
+ * deterministic, 0 is not the earlier behaviour: a zero-initialised struct must set it to 1. */
 typedef struct {
     int batch, heads, len_q, len_kv, head_dim;
     int causal;
     float scale;
     int deterministic;
+    int centred_dq;
 } AttentionCShape;
 
 /* What the stage supports: StageCapabilities of common/attention.h. name: the suite's name

@@ -69,10 +69,14 @@ AttentionShape to_shape(const AttentionCShape* shape) {
         throw std::invalid_argument("attention: deterministic = " +
                                     std::to_string(shape->deterministic) +
                                     " is not allowed: must be 0 or 1");
+    if (shape->centred_dq != 0 && shape->centred_dq != 1)
+        throw std::invalid_argument("attention: centred_dq = " + std::to_string(shape->centred_dq) +
+                                    " is not allowed: must be 0 or 1");
     AttentionShape converted = make_shape(shape->batch, shape->heads, shape->len_q,
                                           shape->len_kv, shape->head_dim, shape->causal == 1,
                                           shape->scale);
     converted.deterministic = shape->deterministic == 1;
+    converted.centred_dq = shape->centred_dq == 1;
     return converted;
 }
 

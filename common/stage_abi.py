@@ -19,6 +19,9 @@ without it refuses the shape with ValueError):
     fixed = dataclasses.replace(shape, deterministic=True)
     stage.backward(*(t.data_ptr() for t in (q, k, v, o, lse, dout, dq, dk, dv)), fixed)
 
+A caller that splits a row's keys over several calls and sums their dQ (ring attention) passes
+centred_dq=False and centres K itself (AttentionShape::centred_dq in common/attention.h).
+
 Several stages' libraries can be loaded into one process at once (each binds its own code and
 exports only the C ABI); each Stage object calls its own library.
 """
@@ -33,7 +36,7 @@ from pathlib import Path
 from typing import Optional, Tuple, Union
 
 # ATTENTION_C_ABI_VERSION of the header these ctypes structures mirror.
-ABI_VERSION = 2
+ABI_VERSION = 3
 OK, INVALID_ARGUMENT, RUNTIME_ERROR = 0, 1, 2
 
 # The repository root: this file lives in common/.
@@ -45,7 +48,9 @@ class Shape:
     """AttentionCShape: [batch, heads, len, head_dim] tensors; scale 0 is 1/sqrt(head_dim).
     deterministic: bit-identical dQ, dK, dV run to run; only the backward reads it (every
     forward is deterministic), and a stage without capabilities.deterministic_backward refuses
-    it there."""
+    it there. centred_dq: the backward subtracts rowsum(dS) times the mean of the call's keys
+    from dQ (exact only when the call sees all of a row's keys); False for a caller that splits
+    a row's keys over several calls and centres K itself. Forward-only stages ignore it."""
 
     batch: int
     heads: int
@@ -55,6 +60,7 @@ class Shape:
     causal: bool = False
     scale: float = 0.0
     deterministic: bool = False
+    centred_dq: bool = True
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,8 @@ class Capabilities:
 class _CShape(ctypes.Structure):
     _fields_ = [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("len_q", ctypes.c_int),
                 ("len_kv", ctypes.c_int), ("head_dim", ctypes.c_int), ("causal", ctypes.c_int),
-                ("scale", ctypes.c_float), ("deterministic", ctypes.c_int)]
+                ("scale", ctypes.c_float), ("deterministic", ctypes.c_int),
+                ("centred_dq", ctypes.c_int)]
 
 
 class _CCapabilities(ctypes.Structure):
@@ -225,7 +232,7 @@ def _c_shape(shape: ShapeLike):
         shape = Shape(*shape)
     return ctypes.byref(_CShape(shape.batch, shape.heads, shape.len_q, shape.len_kv,
                                 shape.head_dim, int(shape.causal), shape.scale,
-                                int(shape.deterministic)))
+                                int(shape.deterministic), int(shape.centred_dq)))
 
 
 def _address(pointer: Pointer, field: str) -> Optional[int]:

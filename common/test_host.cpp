@@ -542,7 +542,8 @@ namespace {
 
 AttentionCShape c_shape(const AttentionShape& shape) {
     return {shape.batch,    shape.heads,          shape.len_q, shape.len_kv,
-            shape.head_dim, shape.causal ? 1 : 0, shape.scale, shape.deterministic ? 1 : 0};
+            shape.head_dim, shape.causal ? 1 : 0, shape.scale, shape.deterministic ? 1 : 0,
+            shape.centred_dq ? 1 : 0};
 }
 
 std::string c_error() { return attention_c_last_error(); }
@@ -600,6 +601,10 @@ TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming 
     expect_c_refused(forward(b.q.data(), &bad), {"deterministic = 2", "0 or 1"});
     bad = good, bad.deterministic = -1;
     expect_c_refused(forward(b.q.data(), &bad), {"deterministic = -1"});
+    bad = good, bad.centred_dq = 2;  // and for centred_dq
+    expect_c_refused(forward(b.q.data(), &bad), {"centred_dq = 2", "0 or 1"});
+    bad = good, bad.centred_dq = -1;
+    expect_c_refused(forward(b.q.data(), &bad), {"centred_dq = -1"});
     bad = good, bad.scale = -1.0f;
     expect_c_refused(forward(b.q.data(), &bad), {"scale = -1"});
     CHECK(b.untouched());
@@ -614,6 +619,9 @@ TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming 
     expect_c_refused(attention_c_capabilities(nullptr), {"out = null"});
     bad = good, bad.deterministic = 2;
     expect_c_refused(attention_c_workspace_bytes(&bad, &bytes), {"deterministic = 2"});
+    CHECK(bytes == 0);
+    bad = good, bad.centred_dq = 3;
+    expect_c_refused(attention_c_backward_workspace_bytes(&bad, &bytes), {"centred_dq = 3"});
     CHECK(bytes == 0);
 }
 
@@ -634,6 +642,67 @@ TEST_CASE("C ABI: the forward takes deterministic = 1 as it is (every forward is
                                          b.lse.data(), &deterministic, nullptr),
                      {"q = null"});
     CHECK(c_error().find("deterministic") == std::string::npos);
+    CHECK(b.untouched());
+}
+
+TEST_CASE("centred_dq: true by default, false named in the shape and passed through the C ABI; "
+          "the workspace is the same either way, and nothing refuses it") {
+    const StageCapabilities& caps = stage_capabilities();
+    const AttentionShape centred = make_shape(1, 2, 17, 33, caps.head_dims.front(), caps.causal);
+    CHECK(centred.centred_dq);
+    CHECK(AttentionShape{}.centred_dq);
+    CHECK(centred.to_string().find("uncentred") == std::string::npos);
+    AttentionShape uncentred = centred;
+    uncentred.centred_dq = false;
+    CHECK(uncentred.to_string().find("uncentred-dQ") != std::string::npos);
+    const AttentionCShape c_centred = c_shape(centred), c_uncentred = c_shape(uncentred);
+    CHECK(c_centred.centred_dq == 1);
+    CHECK(c_uncentred.centred_dq == 0);
+    // The forward ignores it: the same workspace, and the first refusal is the null q.
+    size_t centred_bytes = 1, uncentred_bytes = 2;
+    REQUIRE(attention_c_workspace_bytes(&c_centred, &centred_bytes) == ATTENTION_C_OK);
+    REQUIRE(attention_c_workspace_bytes(&c_uncentred, &uncentred_bytes) == ATTENTION_C_OK);
+    CHECK(uncentred_bytes == centred_bytes);
+    CHECK(attention_workspace_bytes(uncentred) == attention_workspace_bytes(centred));
+    PoisonedHostBuffers b(uncentred);
+    expect_c_refused(attention_c_forward(nullptr, b.k.data(), b.v.data(), b.o.data(),
+                                         b.lse.data(), &c_uncentred, nullptr),
+                     {"q = null"});
+    CHECK(c_error().find("centred") == std::string::npos);
+    // The backward: the same workspace (the sums the centring reads are still made), through the
+    // C ABI and the C++ contract, and the deterministic mode's too; validation lets it through to
+    // the null dq.
+    std::vector<Element> dout(b.o.size()), dk(b.k.size()), dv(b.v.size());
+    centred_bytes = 1, uncentred_bytes = 2;
+    const int centred_code = attention_c_backward_workspace_bytes(&c_centred, &centred_bytes);
+    const int uncentred_code = attention_c_backward_workspace_bytes(&c_uncentred, &uncentred_bytes);
+    INFO("backward workspace: ", uncentred_code, " ", c_error());
+    CHECK(uncentred_code == centred_code);
+    CHECK(uncentred_bytes == centred_bytes);
+#ifdef ATTENTION_HAS_BACKWARD
+    CHECK(uncentred_code == ATTENTION_C_OK);
+    CHECK(uncentred_bytes == attention_backward_workspace_bytes(uncentred));
+    CHECK(attention_backward_workspace_bytes(uncentred) == attention_backward_workspace_bytes(centred));
+    if (caps.deterministic_backward) {
+        AttentionShape fixed_order = centred, fixed_uncentred = uncentred;
+        fixed_order.deterministic = fixed_uncentred.deterministic = true;
+        CHECK(attention_backward_workspace_bytes(fixed_uncentred) == attention_backward_workspace_bytes(fixed_order));
+    }
+    expect_c_refused(attention_c_backward(b.q.data(), b.k.data(), b.v.data(), b.o.data(),
+                                          b.lse.data(), dout.data(), nullptr, dk.data(),
+                                          dv.data(), &c_uncentred, nullptr),
+                     {"dq = null"});
+    CHECK(c_error().find("centred") == std::string::npos);
+    StageCapabilities any = caps;
+    any.compute_capability = 0;
+    try {
+        validate_backward(uncentred, any, b.q.data(), b.k.data(), b.v.data(), b.o.data(), b.lse.data(),
+                          dout.data(), /*dq=*/nullptr, dk.data(), dv.data());
+        FAIL("a null dq was not refused");
+    } catch (const std::invalid_argument& error) {
+        CHECK(std::string(error.what()).find("dq = null") != std::string::npos);
+    }
+#endif
     CHECK(b.untouched());
 }
 
@@ -831,6 +900,36 @@ TEST_CASE("C ABI: the forward, and the backward, through the C ABI equal the C++
         for (auto [expected, got] : {std::pair{&dq_cpp, &dq_c}, {&dk_cpp, &dk_c}, {&dv_cpp, &dv_c}}) {
             const std::vector<Element> e = expected->download(), g = got->download();
             CHECK(std::memcmp(e.data(), g.data(), g.size() * sizeof(Element)) == 0);
+        }
+    }
+    // centred_dq = 0 through the C ABI is centred_dq = false through the C++ launcher: in the
+    // deterministic mode (where the stage has it) the same bits; otherwise equal up to the order
+    // of the sums. dK and dV do not depend on the flag.
+    {
+        AttentionShape uncentred = shape;
+        uncentred.centred_dq = false;
+        uncentred.deterministic = caps.deterministic_backward;
+        const AttentionCShape c_uncentred = c_shape(uncentred);
+        REQUIRE(c_uncentred.centred_dq == 0);
+        dq_c.poison(), dk_c.poison(), dv_c.poison();
+        attention_backward(q.data(), k.data(), v.data(), o_cpp.data(), lse_cpp.data(),
+                           dout.data(), dq_cpp.data(), dk_cpp.data(), dv_cpp.data(), uncentred,
+                           stream);
+        REQUIRE(attention_c_backward(q.data(), k.data(), v.data(), o_cpp.data(), lse_cpp.data(),
+                                     dout.data(), dq_c.data(), dk_c.data(), dv_c.data(),
+                                     &c_uncentred, stream) == ATTENTION_C_OK);
+        REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+        for (auto [expected, got] : {std::pair{&dq_cpp, &dq_c}, {&dk_cpp, &dk_c}, {&dv_cpp, &dv_c}}) {
+            if (caps.deterministic_backward) {
+                const std::vector<Element> e = expected->download(), g = got->download();
+                CHECK(std::memcmp(e.data(), g.data(), g.size() * sizeof(Element)) == 0);
+            } else {
+                const std::vector<float> e = to_float(expected->download()), g = to_float(got->download());
+                const ErrorStats error = compare(g, std::vector<double>(e.begin(), e.end()));
+                INFO("centred_dq = 0: ", error.to_string());
+                CHECK(error.non_finite == 0);
+                CHECK(error.relative_l2 < 1e-2);
+            }
         }
     }
 #endif

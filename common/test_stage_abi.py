@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The C ABI from Python, without a GPU (run by .ci/run): two stages' libraries loaded into one
 process with common/stage_abi.py, each answering with its own code and its own capability
-record, bad input refused by name as ValueError, and the deterministic flag (ABI version 2)
-refused by a backward without the mode, passed through by one with it. Prints one line; exits 1
-on a failure.
+record, bad input refused by name as ValueError, the deterministic flag (ABI version 2)
+refused by a backward without the mode, passed through by one with it, and the centred_dq flag
+(ABI version 3: True by default, False passed through, nothing refusing it, the same
+workspace). Prints one line; exits 1 on a failure.
 
     python3 common/test_stage_abi.py                       # 03_online_softmax and 07_backward
     python3 common/test_stage_abi.py 04_warp_shuffle 11_hopper_backward
@@ -80,7 +81,19 @@ def check_stage(stage, others):
     expect(ValueError, ["deterministic = 2"],
            lambda: stage.forward(q, k, v, o, lse, (1, 2, 17, 33, caps.head_dims[0], 1, 0.0, 2)),
            f"{name}: deterministic 2")
+    expect(ValueError, ["centred_dq = 2", "0 or 1"],
+           lambda: stage.forward(q, k, v, o, lse, (1, 2, 17, 33, caps.head_dims[0], 1, 0.0, 0, 2)),
+           f"{name}: centred_dq 2")
     expect(TypeError, ["q"], lambda: stage.forward(1.5, k, v, o, lse, good), f"{name}: float q")
+    # centred_dq: True unless asked; the forward ignores it (the same workspace, the same first
+    # refusal), and so does the backward's workspace.
+    check(good.centred_dq is True, f"{name}: centred_dq defaults to {good.centred_dq!r}")
+    uncentred = dataclasses.replace(good, centred_dq=False)
+    check(stage_abi._c_shape(uncentred)._obj.centred_dq == 0 and
+          stage_abi._c_shape(good)._obj.centred_dq == 1, f"{name}: centred_dq in the C struct")
+    check(stage.workspace_bytes(uncentred) == workspace, f"{name}: forward workspace, uncentred")
+    expect(ValueError, ["q = null"], lambda: stage.forward(0, k, v, o, lse, uncentred),
+           f"{name}: null q, uncentred")
     # The forward takes deterministic as it is: the same workspace, the same first refusal.
     fixed = dataclasses.replace(good, deterministic=True)
     check(stage.workspace_bytes(fixed) == workspace, f"{name}: forward workspace, deterministic")
@@ -99,6 +112,11 @@ def check_stage(stage, others):
         check(stage.backward_workspace_bytes(good) > 0, f"{name}: backward workspace")
         expect(ValueError, ["dq = null"],
                lambda: stage.backward(q, k, v, o, lse, dout, 0, dk, dv, good), f"{name}: null dq")
+        check(stage.backward_workspace_bytes(uncentred) == stage.backward_workspace_bytes(good),
+              f"{name}: backward workspace, uncentred")
+        expect(ValueError, ["dq = null"],
+               lambda: stage.backward(q, k, v, o, lse, dout, 0, dk, dv, uncentred),
+               f"{name}: null dq, uncentred")
     else:
         no_backward = f"{name} has no backward pass"
         expect(ValueError, [no_backward], lambda: stage.backward_workspace_bytes(good),

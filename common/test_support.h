@@ -61,9 +61,10 @@ inline std::vector<AttentionShape> sanitize_exact_d_shapes(int head_dim, bool ca
     return {make_shape(1, 2, 600, 17, head_dim, causal), make_shape(1, 1, 300, 128, head_dim, causal)};
 }
 
-// Host inputs of a stage's element type, rounded the same way the device sees them.
-inline std::vector<float> stage_inputs(size_t count, uint64_t seed) {
-    std::vector<float> values = random_inputs(count, seed);
+// Host inputs of a stage's element type, rounded the same way the device sees them: randn +
+// mean (0.5 unless asked otherwise).
+inline std::vector<float> stage_inputs(size_t count, uint64_t seed, float mean = 0.5f) {
+    std::vector<float> values = random_inputs(count, seed, mean);
     return sizeof(Element) == 4 ? values : rounded_to_bf16(values);
 }
 
