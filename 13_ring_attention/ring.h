@@ -122,10 +122,12 @@ struct RingResult {
     std::vector<double> dq, dk, dv;   // backward
 };
 // Forward: the reference per call, merged in FP64 (or, with fp32_merge, in FP32 on FP32
-// accumulators, as the GPU does).
+// accumulators, as the GPU does). With centre_keys, as the GPU ring does: K centred first by the
+// mean of all keys (whole_key_means), and scale q . c added back to every LSE.
 RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding, int devices,
                                  const std::vector<float>& q, const std::vector<float>& k,
-                                 const std::vector<float>& v, bool fp32_merge = false);
+                                 const std::vector<float>& v, bool fp32_merge = false,
+                                 bool centre_keys = false);
 
 // How the backward of one call finds delta_i = rowsum(dO_i * O_i): from the whole row's O (what
 // the ring needs, and what stage 11 computes from the o it is given), or summed over the keys
@@ -133,22 +135,64 @@ RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding,
 // for a whole sequence, wrong for a ring's block; the tests show it).
 enum class DeltaSource { whole_row, block_keys };
 
+// How the backward of each call centres dQ. Stage 11 (and 07) compute
+// dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c): with c the mean of the call's keys by default
+// (AttentionShape::centred_dq), which is exact only when the call sees all of row i's keys, since
+// only over a whole row is rowsum(dS) = 0. Summed over a ring's calls b, that dQ is off by
+// scale sum_b rowsum_b(dS)_i c_b, zero only when every call's keys have the same mean.
+//   none:       c = 0 (dQ = scale dS K), the keys as given: the exact gradient.
+//   per_call:   c = the mean of the call's own keys (stage 11's default): wrong over a ring.
+//   whole_keys: what the GPU ring does: K centred once by the mean of all keys of the sequence
+//               (whole_key_means), the LSE moved to match (scale q . c less), every call
+//               uncentred (centred_dq = false). The sum is then stage 11's centred dQ on the
+//               whole sequence, c = the mean of all keys.
+enum class DqCentring { none, per_call, whole_keys };
+
 // Backward: dQ stays on its GPU, dK and dV travel with their block and come home after the last
 // step. o and lse are the forward's (the whole sequence's), in the whole layout.
 RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding, int devices,
                                   const std::vector<float>& q, const std::vector<float>& k,
                                   const std::vector<float>& v, const std::vector<double>& o,
                                   const std::vector<double>& lse, const std::vector<float>& dout,
-                                  DeltaSource delta = DeltaSource::whole_row);
+                                  DeltaSource delta = DeltaSource::whole_row,
+                                  DqCentring centring = DqCentring::none);
 
 // The gradient of one call in FP64 against the whole row's softmax (lse) and delta: what each
 // GPU adds into dQ (rows of the query piece) and into the travelling dK, dV (rows of the key
-// piece). Tensors are [batch_heads, rows, head_dim] of the call's rows.
+// piece). Tensors are [batch_heads, rows, head_dim] of the call's rows. ds_rowsum (unless null):
+// sum_j scale dS_ij over the call's keys, per query row, what the centring multiplies.
 void reference_block_backward(int64_t batch_heads, int64_t query_count, int64_t key_count,
                               int64_t head_dim, bool causal, double scale, const float* q,
                               const float* k, const float* v, const float* dout,
                               const double* lse, const double* delta, double* dq, double* dk,
-                              double* dv);
+                              double* dv, double* ds_rowsum = nullptr);
+
+// ---- the keys centred once for the whole sequence ------------------------------------------------
+
+// The column means of all the keys of the sequence, [batch * heads][head_dim], from each GPU's
+// piece-major k: each GPU's column sums, added over the GPUs in order (what the GPU ring's NCCL
+// all-reduce adds), divided by len. A GPU that holds no token adds zeros.
+std::vector<double> whole_key_means(const std::vector<std::vector<float>>& k_local,
+                                    const std::vector<Shard>& shards, int64_t batch_heads,
+                                    int64_t head_dim, int64_t len);
+
+// Every key row of every GPU minus its head's means (k_local in place, rounded to float).
+void centre_key_rows(std::vector<std::vector<float>>& k_local, const std::vector<Shard>& shards,
+                     int64_t batch_heads, int64_t head_dim, const std::vector<double>& means);
+
+// scale * q_i . c for every query row of a whole [batch, heads, len, head_dim] q (c: means): how
+// far the LSE of a row moves when every key moves by -c (the scores by -scale q_i . c, the
+// softmax not at all).
+std::vector<double> lse_shift(const std::vector<float>& q, int64_t batch_heads, int64_t len,
+                              int64_t head_dim, double scale, const std::vector<double>& means);
+
+// Test inputs whose keys' means differ from GPU to GPU, so that a centring by each call's own
+// keys shows: k (whole layout) plus, on every key that GPU r holds, amplitude * s_r in even
+// head-dim columns and -amplitude * s_r in odd ones, s = 1, -1, 1/2, -1/2, 3/2, -3/2, 1/4, -1/4
+// (then again). The offset sums to zero over the columns, so a query with a common mean (the
+// suite's inputs) does not single out one GPU's keys.
+std::vector<float> offset_keys_by_gpu(const std::vector<float>& k, const AttentionShape& whole,
+                                      Sharding sharding, int devices, float amplitude);
 
 // ---- the GPU ring (attention.cu; needs NCCL and Hopper GPUs) --------------------------------
 

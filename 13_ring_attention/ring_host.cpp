@@ -336,13 +336,18 @@ void pass_blocks(std::vector<TravellingBlock>& blocks) {
 template <class Accumulator>
 RingResult simulate_forward(const AttentionShape& whole, Sharding sharding, int devices,
                             const std::vector<float>& q, const std::vector<float>& k,
-                            const std::vector<float>& v) {
+                            const std::vector<float>& v, bool centre_keys) {
     check_whole(whole);
     const int64_t N = whole.len_q, D = whole.head_dim, BH = int64_t(whole.batch) * whole.heads;
     const std::vector<Shard> shards = make_shards(sharding, N, devices);
     const auto q_local = shard_rows(q, shards, BH, N, D);
-    const auto k_local = shard_rows(k, shards, BH, N, D);
+    auto k_local = shard_rows(k, shards, BH, N, D);
     const auto v_local = shard_rows(v, shards, BH, N, D);
+    std::vector<double> means;
+    if (centre_keys) {
+        means = whole_key_means(k_local, shards, BH, D, N);
+        centre_key_rows(k_local, shards, BH, D, means);
+    }
 
     std::vector<TravellingBlock> blocks;
     std::vector<std::vector<Accumulator>> o(static_cast<size_t>(devices)), lse(static_cast<size_t>(devices));
@@ -385,6 +390,10 @@ RingResult simulate_forward(const AttentionShape& whole, Sharding sharding, int 
     const auto lse_whole = unshard_rows(lse, shards, BH, N, 1);
     result.o.assign(o_whole.begin(), o_whole.end());
     result.lse.assign(lse_whole.begin(), lse_whole.end());
+    if (centre_keys) {  // the scores moved by -scale q . c: the LSE moves back by +scale q . c
+        const std::vector<double> shift = lse_shift(q, BH, N, D, whole.softmax_scale(), means);
+        for (size_t row = 0; row < result.lse.size(); ++row) result.lse[row] += shift[row];
+    }
     return result;
 }
 
@@ -392,18 +401,19 @@ RingResult simulate_forward(const AttentionShape& whole, Sharding sharding, int 
 
 RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding, int devices,
                                  const std::vector<float>& q, const std::vector<float>& k,
-                                 const std::vector<float>& v, bool fp32_merge) {
-    return fp32_merge ? simulate_forward<float>(whole, sharding, devices, q, k, v)
-                      : simulate_forward<double>(whole, sharding, devices, q, k, v);
+                                 const std::vector<float>& v, bool fp32_merge, bool centre_keys) {
+    return fp32_merge ? simulate_forward<float>(whole, sharding, devices, q, k, v, centre_keys)
+                      : simulate_forward<double>(whole, sharding, devices, q, k, v, centre_keys);
 }
 
 void reference_block_backward(int64_t batch_heads, int64_t query_count, int64_t key_count,
                               int64_t head_dim, bool causal, double scale, const float* q,
                               const float* k, const float* v, const float* dout,
                               const double* lse, const double* delta, double* dq, double* dk,
-                              double* dv) {
+                              double* dv, double* ds_rowsum) {
     const int64_t D = head_dim;
     std::fill(dq, dq + batch_heads * query_count * D, 0.0);
+    if (ds_rowsum) std::fill(ds_rowsum, ds_rowsum + batch_heads * query_count, 0.0);
     std::fill(dk, dk + batch_heads * key_count * D, 0.0);
     std::fill(dv, dv + batch_heads * key_count * D, 0.0);
     std::vector<double> p(static_cast<size_t>(key_count)), dp(static_cast<size_t>(key_count));
@@ -430,6 +440,7 @@ void reference_block_backward(int64_t batch_heads, int64_t query_count, int64_t 
             const double row_delta = delta ? delta[row] : block_delta;
             for (int64_t j = 0; j < keys; ++j) {
                 const double ds = p[size_t(j)] * (dp[size_t(j)] - row_delta) * scale;
+                if (ds_rowsum) ds_rowsum[row] += ds;
                 const float* k_row = k + (h * key_count + j) * D;
                 double* dk_row = dk + (h * key_count + j) * D;
                 double* dv_row = dv + (h * key_count + j) * D;
@@ -446,16 +457,25 @@ RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding
                                   const std::vector<float>& q, const std::vector<float>& k,
                                   const std::vector<float>& v, const std::vector<double>& o,
                                   const std::vector<double>& lse, const std::vector<float>& dout,
-                                  DeltaSource delta_source) {
+                                  DeltaSource delta_source, DqCentring centring) {
     check_whole(whole);
     const int64_t N = whole.len_q, D = whole.head_dim, BH = int64_t(whole.batch) * whole.heads;
     const double scale = whole.softmax_scale();
     const std::vector<Shard> shards = make_shards(sharding, N, devices);
     const auto q_local = shard_rows(q, shards, BH, N, D);
-    const auto k_local = shard_rows(k, shards, BH, N, D);
+    auto k_local = shard_rows(k, shards, BH, N, D);
     const auto v_local = shard_rows(v, shards, BH, N, D);
     const auto do_local = shard_rows(dout, shards, BH, N, D);
-    const auto lse_local = shard_rows_impl(lse, shards, BH, N, 1);
+    std::vector<double> lse_used = lse;
+    if (centring == DqCentring::whole_keys) {
+        // As the GPU ring: K centred by the mean of all keys, and the LSE of the centred scores
+        // (scale q . c less), so that every call's P = exp(S - LSE) is unchanged.
+        const std::vector<double> means = whole_key_means(k_local, shards, BH, D, N);
+        centre_key_rows(k_local, shards, BH, D, means);
+        const std::vector<double> shift = lse_shift(q, BH, N, D, scale, means);
+        for (size_t row = 0; row < lse_used.size(); ++row) lse_used[row] -= shift[row];
+    }
+    const auto lse_local = shard_rows_impl(lse_used, shards, BH, N, 1);
     // delta_i = rowsum(dO_i * O_i) over the whole row's output, once per local row.
     std::vector<double> delta_whole(size_t(BH * N));
     for (int64_t row = 0; row < BH * N; ++row)
@@ -488,10 +508,21 @@ RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding
                 const auto k_rows = extract_rows(block.k, theirs, kp, kb, kc, BH, D);
                 const auto v_rows = extract_rows(block.v, theirs, kp, kb, kc, BH, D);
                 std::vector<double> dq_part(q_rows.size()), dk_part(k_rows.size()), dv_part(v_rows.size());
+                std::vector<double> ds_rowsum(size_t(BH * qc));
                 reference_block_backward(BH, qc, kc, D, call.causal, scale, q_rows.data(), k_rows.data(),
                                          v_rows.data(), do_rows.data(), lse_rows.data(),
                                          delta_source == DeltaSource::whole_row ? delta_rows.data() : nullptr,
-                                         dq_part.data(), dk_part.data(), dv_part.data());
+                                         dq_part.data(), dk_part.data(), dv_part.data(), ds_rowsum.data());
+                if (centring == DqCentring::per_call)  // stage 11's default: c = this call's key mean
+                    for (int64_t h = 0; h < BH; ++h) {
+                        std::vector<double> mean(size_t(D), 0.0);
+                        for (int64_t j = 0; j < kc; ++j)
+                            for (int64_t d = 0; d < D; ++d) mean[size_t(d)] += k_rows[size_t((h * kc + j) * D + d)];
+                        for (double& m : mean) m /= double(kc);
+                        for (int64_t i = 0; i < qc; ++i)
+                            for (int64_t d = 0; d < D; ++d)
+                                dq_part[size_t((h * qc + i) * D + d)] -= ds_rowsum[size_t(h * qc + i)] * mean[size_t(d)];
+                    }
                 // excerpt: backward-bookkeeping
                 add_rows(dq[size_t(r)], mine, qp, qb, qc, BH, D, dq_part);  // dQ stays home
                 add_rows(block.dk, theirs, kp, kb, kc, BH, D, dk_part);     // dK, dV travel
@@ -514,6 +545,70 @@ RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding
     result.dk = unshard_rows(dk, shards, BH, N, D);
     result.dv = unshard_rows(dv, shards, BH, N, D);
     return result;
+}
+
+// ---- the keys centred once for the whole sequence --------------------------------------------------
+
+std::vector<double> whole_key_means(const std::vector<std::vector<float>>& k_local,
+                                    const std::vector<Shard>& shards, int64_t batch_heads,
+                                    int64_t head_dim, int64_t len) {
+    const int64_t D = head_dim;
+    std::vector<double> total(size_t(batch_heads * D), 0.0);
+    for (size_t r = 0; r < shards.size(); ++r) {  // each GPU's sums, then added over the GPUs
+        std::vector<double> sums(total.size(), 0.0);
+        for (int p = 0; p < int(shards[r].pieces.size()); ++p)
+            for (int64_t h = 0; h < batch_heads; ++h)
+                for (int64_t i = 0; i < shards[r].pieces[size_t(p)].length; ++i) {
+                    const int64_t at = piece_row_offset(shards[r], p, batch_heads, h, i, D);
+                    for (int64_t d = 0; d < D; ++d) sums[size_t(h * D + d)] += k_local[r][size_t(at + d)];
+                }
+        for (size_t i = 0; i < total.size(); ++i) total[i] += sums[i];
+    }
+    for (double& sum : total) sum /= double(len);
+    return total;
+}
+
+void centre_key_rows(std::vector<std::vector<float>>& k_local, const std::vector<Shard>& shards,
+                     int64_t batch_heads, int64_t head_dim, const std::vector<double>& means) {
+    const int64_t D = head_dim;
+    for (size_t r = 0; r < shards.size(); ++r)
+        for (int p = 0; p < int(shards[r].pieces.size()); ++p)
+            for (int64_t h = 0; h < batch_heads; ++h)
+                for (int64_t i = 0; i < shards[r].pieces[size_t(p)].length; ++i) {
+                    const int64_t at = piece_row_offset(shards[r], p, batch_heads, h, i, D);
+                    for (int64_t d = 0; d < D; ++d)
+                        k_local[r][size_t(at + d)] = float(double(k_local[r][size_t(at + d)]) - means[size_t(h * D + d)]);
+                }
+}
+
+std::vector<double> lse_shift(const std::vector<float>& q, int64_t batch_heads, int64_t len,
+                              int64_t head_dim, double scale, const std::vector<double>& means) {
+    std::vector<double> shift(size_t(batch_heads * len));
+    for (int64_t h = 0; h < batch_heads; ++h)
+        for (int64_t i = 0; i < len; ++i) {
+            double dot = 0;
+            for (int64_t d = 0; d < head_dim; ++d)
+                dot += double(q[size_t((h * len + i) * head_dim + d)]) * means[size_t(h * head_dim + d)];
+            shift[size_t(h * len + i)] = scale * dot;
+        }
+    return shift;
+}
+
+std::vector<float> offset_keys_by_gpu(const std::vector<float>& k, const AttentionShape& whole,
+                                      Sharding sharding, int devices, float amplitude) {
+    static constexpr float kSigns[] = {1.0f, -1.0f, 0.5f, -0.5f, 1.5f, -1.5f, 0.25f, -0.25f};
+    const int64_t N = whole.len_kv, D = whole.head_dim, BH = int64_t(whole.batch) * whole.heads;
+    if (k.size() != size_t(BH * N * D))
+        throw std::invalid_argument("offset_keys_by_gpu: k has " + std::to_string(k.size()) + " elements, the shape " +
+                                    std::to_string(BH * N * D));
+    std::vector<float> out = k;
+    for (int64_t j = 0; j < N; ++j) {
+        const int device = locate(sharding, N, devices, j).device;
+        const float offset = amplitude * kSigns[device % 8];
+        for (int64_t h = 0; h < BH; ++h)
+            for (int64_t d = 0; d < D; ++d) out[size_t((h * N + j) * D + d)] += d % 2 == 0 ? offset : -offset;
+    }
+    return out;
 }
 
 // ---- the arguments of a GPU ring call ---------------------------------------------------------

@@ -1,7 +1,9 @@
 // GPU cases of the ring: the NCCL ring on 1, 2, 4 and 8 Hopper GPUs, forward and backward,
 // against the FP64 reference on small shapes (odd lengths, causal and not, both head dims, every
-// sharding) and against stage 11 on the whole sequence on one GPU. Each case is skipped by
-// name, with its reason, where its GPUs (or NCCL, in a build without it) are not there.
+// sharding) and against stage 11 on the whole sequence on one GPU; and the same with keys moved
+// by a different constant on every GPU, which a dQ centred by each call's own keys fails. Each
+// case is skipped by name, with its reason, where its GPUs (or NCCL, in a build without it) are
+// not there.
 #include <map>
 #include <string>
 #include <vector>
@@ -57,13 +59,23 @@ std::vector<int> first_gpus(int count) {
     return gpus;
 }
 
-// The inputs of one case, bf16-rounded, in the whole [batch, heads, len, head_dim] layout.
+// How far each GPU's keys are moved (offset_keys_by_gpu) in the cases that check the centring:
+// a dQ centred by each call's own keys is then off by 7-24% in the host model of the small and
+// long shapes below (lab notes 13), far past the tolerance, while the ring's, centred once for
+// the whole sequence, stays at stage 11's error.
+constexpr float kKeyOffset = 0.25f;
+
+// The inputs of one case, bf16-rounded, in the whole [batch, heads, len, head_dim] layout; with
+// key_offset, the keys each GPU holds moved by their own constant (offset_keys_by_gpu).
 struct Inputs {
     AttentionShape shape;
     std::vector<float> q, k, v, dout;
-    explicit Inputs(const AttentionShape& whole, uint64_t seed) : shape(whole) {
+    Inputs(const AttentionShape& whole, uint64_t seed, Sharding sharding, int devices, float key_offset = 0.0f)
+        : shape(whole) {
         q = rounded_to_bf16(random_inputs(size_t(whole.q_elements()), seed));
-        k = rounded_to_bf16(random_inputs(size_t(whole.kv_elements()), seed + 1));
+        k = random_inputs(size_t(whole.kv_elements()), seed + 1);
+        if (key_offset != 0.0f) k = offset_keys_by_gpu(k, whole, sharding, devices, key_offset);
+        k = rounded_to_bf16(k);
         v = rounded_to_bf16(random_inputs(size_t(whole.kv_elements()), seed + 2));
         dout = rounded_to_bf16(random_inputs(size_t(whole.q_elements()), seed + 3));
     }
@@ -149,17 +161,23 @@ RingOutputs run_ring(RingAttention& ring, const Inputs& in, Sharding sharding, b
     return out;
 }
 
+// The ring attends to its centred keys, bf16(K - c), rounded once more than the caller's K: each
+// score moves by scale q . (rounding), at most scale 2^-8 sum_d |q_d| |K_d - c_d|, and the LSE
+// (a weighted mean of those moves, no more than the largest) by about 2e-3 at most in the host
+// model of these shapes (lab notes 13). Without the centring the LSE was within 1e-5.
 void check_lse(const ErrorStats& error) {
     INFO("lse: ", error.to_string());
     CHECK(error.non_finite == 0);
-    CHECK((error.relative_l2 <= 1e-5 || error.max_abs <= 1e-5));
+    CHECK(error.max_abs <= 1e-2);
 }
 
 // The ring against the FP64 reference on the same bf16-rounded inputs.
-void check_against_reference(RingAttention& ring, const AttentionShape& whole, Sharding sharding, bool backward) {
+void check_against_reference(RingAttention& ring, const AttentionShape& whole, Sharding sharding, bool backward,
+                             float key_offset = 0.0f) {
     const uint64_t seed = fresh_seed();
-    INFO(whole.to_string(), " over ", ring.devices(), " GPU(s), ", sharding_name(sharding), " seed=", seed);
-    const Inputs in(whole, seed);
+    INFO(whole.to_string(), " over ", ring.devices(), " GPU(s), ", sharding_name(sharding), " seed=", seed,
+         " key offset=", key_offset);
+    const Inputs in(whole, seed, sharding, ring.devices(), key_offset);
     const RingOutputs out = run_ring(ring, in, sharding, backward);
     std::vector<double> o(in.q.size()), lse(size_t(whole.lse_elements()));
     reference_forward(whole, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
@@ -184,11 +202,14 @@ void check_against_reference(RingAttention& ring, const AttentionShape& whole, S
     }
 }
 
-// The ring against stage 11 on the whole sequence, on GPU 0.
-void check_against_stage11(RingAttention& ring, const AttentionShape& whole, Sharding sharding) {
+// The ring against stage 11 on the whole sequence, on GPU 0 (its default, centred dQ: the mean of
+// all keys, which is what the ring's centred keys reproduce).
+void check_against_stage11(RingAttention& ring, const AttentionShape& whole, Sharding sharding,
+                           float key_offset = 0.0f) {
     const uint64_t seed = fresh_seed();
-    INFO(whole.to_string(), " over ", ring.devices(), " GPUs, ", sharding_name(sharding), " seed=", seed);
-    const Inputs in(whole, seed);
+    INFO(whole.to_string(), " over ", ring.devices(), " GPUs, ", sharding_name(sharding), " seed=", seed,
+         " key offset=", key_offset);
+    const Inputs in(whole, seed, sharding, ring.devices(), key_offset);
     const RingOutputs out = run_ring(ring, in, sharding, /*backward=*/true);
     CUDA_CHECK(cudaSetDevice(0));
     DeviceBuffer<bf16> q(in.q.size()), k(in.k.size()), v(in.v.size()), dout(in.dout.size()), o(in.q.size()),
@@ -243,6 +264,21 @@ void long_shapes(int gpus) {
                     check_against_stage11(ring, make_shape(1, 4, len, len, head_dim, causal), sharding);
 }
 
+// Keys moved by a different constant on every GPU (kKeyOffset): each call of the ring then sees
+// keys of another mean, and a dQ centred by each call's own keys (stage 11's default) is wrong
+// far past the tolerance. Against FP64 on a small shape (the backward's smallest: 2P chunks of
+// 129 keys and more), and against stage 11 on the whole sequence at 4099.
+void offset_key_shapes(int gpus) {
+    RingAttention ring(first_gpus(gpus));
+    for (int head_dim : {64, 128})
+        for (bool causal : {false, true})
+            for (Sharding sharding : kShardings) {
+                const int len = 2 * gpus * 129 + 2 * gpus - 1;
+                check_against_reference(ring, make_shape(1, 2, len, len, head_dim, causal), sharding, true, kKeyOffset);
+                check_against_stage11(ring, make_shape(1, 4, 4099, 4099, head_dim, causal), sharding, kKeyOffset);
+            }
+}
+
 }  // namespace
 
 RING_GPU_TEST_CASE("ring GPU: a ring of 1 GPU, forward and backward, against FP64 and stage 11", 1) {
@@ -254,6 +290,8 @@ RING_GPU_TEST_CASE("ring GPU: a ring of 1 GPU, forward and backward, against FP6
                 check_against_reference(ring, make_shape(1, 2, len, len, head_dim, causal), Sharding::zigzag, false);
             check_against_reference(ring, make_shape(2, 1, 300, 300, head_dim, causal), Sharding::zigzag, true);
             check_against_stage11(ring, make_shape(1, 4, 4099, 4099, head_dim, causal), Sharding::zigzag);
+            // Keys not centred: the ring's own centring, and the LSE moved back, on one GPU.
+            check_against_reference(ring, make_shape(2, 1, 300, 300, head_dim, causal), Sharding::zigzag, true, 1.0f);
         }
 }
 
@@ -275,6 +313,18 @@ RING_GPU_TEST_CASE("ring GPU: 4 GPUs against stage 11 on the whole sequence, for
 
 RING_GPU_TEST_CASE("ring GPU: 8 GPUs against stage 11 on the whole sequence, forward and backward", 8) {
     long_shapes(8);
+}
+
+RING_GPU_TEST_CASE("ring GPU: 2 GPUs, keys moved by another constant on each GPU, against FP64 and stage 11", 2) {
+    offset_key_shapes(2);
+}
+
+RING_GPU_TEST_CASE("ring GPU: 4 GPUs, keys moved by another constant on each GPU, against FP64 and stage 11", 4) {
+    offset_key_shapes(4);
+}
+
+RING_GPU_TEST_CASE("ring GPU: 8 GPUs, keys moved by another constant on each GPU, against FP64 and stage 11", 8) {
+    offset_key_shapes(8);
 }
 
 RING_GPU_TEST_CASE("ring GPU: bad arguments are refused before anything runs", 2) {
@@ -307,6 +357,9 @@ RING_GPU_TEST_CASE("ring GPU: 2 GPUs against stage 11 on the whole sequence, for
 RING_GPU_TEST_CASE("ring GPU: 4 GPUs against FP64 on small odd shapes, every sharding, forward and backward", 4) {}
 RING_GPU_TEST_CASE("ring GPU: 4 GPUs against stage 11 on the whole sequence, forward and backward", 4) {}
 RING_GPU_TEST_CASE("ring GPU: 8 GPUs against stage 11 on the whole sequence, forward and backward", 8) {}
+RING_GPU_TEST_CASE("ring GPU: 2 GPUs, keys moved by another constant on each GPU, against FP64 and stage 11", 2) {}
+RING_GPU_TEST_CASE("ring GPU: 4 GPUs, keys moved by another constant on each GPU, against FP64 and stage 11", 4) {}
+RING_GPU_TEST_CASE("ring GPU: 8 GPUs, keys moved by another constant on each GPU, against FP64 and stage 11", 8) {}
 RING_GPU_TEST_CASE("ring GPU: bad arguments are refused before anything runs", 2) {}
 
 #endif
