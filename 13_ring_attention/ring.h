@@ -222,6 +222,10 @@ struct RingDevices;
 // Tensors are per GPU, in device memory on that GPU, bf16 in the piece-major layout of its
 // Shard (lse: FP32, [pieces][batch, heads, length]); `whole` is the whole sequence's shape
 // (len_q == len_kv == N, any batch, heads, head dim stage 11 supports, causal or not).
+// Both passes first centre K by the mean of all keys of the sequence (an NCCL all-reduce of the
+// GPUs' column sums) and run stage 11 on bf16(K - c), its backward with centred_dq = false; the
+// forward's lse is that of the keys as given (scale q . c added back), and the backward takes
+// that lse (attention.cu, `centred keys`).
 // Every argument is checked before anything is launched (std::invalid_argument, nothing
 // written); a CUDA or NCCL failure during the ring aborts the communicators, throws
 // std::runtime_error, and leaves the object unusable (a new one starts afresh).
