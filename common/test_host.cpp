@@ -621,8 +621,12 @@ TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming 
     expect_c_refused(attention_c_workspace_bytes(&bad, &bytes), {"deterministic = 2"});
     CHECK(bytes == 0);
     bad = good, bad.centred_dq = 3;
+    expect_c_refused(attention_c_workspace_bytes(&bad, &bytes), {"centred_dq = 3"});
+    CHECK(bytes == 0);
+#ifdef ATTENTION_HAS_BACKWARD  // (a stage without one answers "no backward pass" first)
     expect_c_refused(attention_c_backward_workspace_bytes(&bad, &bytes), {"centred_dq = 3"});
     CHECK(bytes == 0);
+#endif
 }
 
 TEST_CASE("C ABI: the forward takes deterministic = 1 as it is (every forward is deterministic)") {
