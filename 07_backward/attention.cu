@@ -841,11 +841,9 @@ one_pass_backward_kernel(const bf16* __restrict__ Q, const bf16* __restrict__ K,
 // ---- backward 3: the FP32 dQ accumulator, centred, scaled, to bf16 ------------------------
 // dQ_i = scale sum_j dS_ij (K_j - c) for any c, since sum_j dS_ij = 0 in exact arithmetic; with
 // delta from the bf16 O it is not, and c = mean(K) keeps K's common part from multiplying that
-// error (chapter 07, Precision): this subtracts (sum_j dS_ij) mean(K), unless
-// AttentionShape::centred_dq is false (CENTRED = false: the caller split the rows' keys over
-// several calls and centred K itself). The accumulator is in the one-pass kernel's order: a
-// thread takes one lane's 4 floats of a fragment (2 dims, 2 rows).
-template <class Tiles, bool CENTRED>
+// error (chapter 07, Precision): this subtracts (sum_j dS_ij) mean(K). The accumulator is in
+// the one-pass kernel's order: a thread takes one lane's 4 floats of a fragment (2 dims, 2 rows).
+template <class Tiles>
 __global__ void convert_dq_kernel(const float* __restrict__ dq_accum, const float* __restrict__ ds_rowsum,
                                   const float* __restrict__ key_sum, bf16* __restrict__ dQ, int64_t fragments,
                                   int len_q, int q_tiles, float inverse_len_kv, float scale) {
@@ -862,13 +860,12 @@ __global__ void convert_dq_kernel(const float* __restrict__ dq_accum, const floa
                         row_tile * 16 + lane / 4;
         const int d = (warp / Tiles::Q_WARPS) * Tiles::DQ_DIMS + n * 8 + 2 * (lane % 4);
         const float4 value = reinterpret_cast<const float4*>(dq_accum)[f];
+        const float2 sums = *reinterpret_cast<const float2*>(key_sum + head * HEAD_DIM + d);
         // rowsum(dS) * mean(K) = (rowsum(dS) / len_kv) * sum(K), for rows row and row + 8
-        const float2 sums = CENTRED ? *reinterpret_cast<const float2*>(key_sum + head * HEAD_DIM + d)
-                                    : make_float2(0.0f, 0.0f);
         const float pair[2][2] = {{value.x, value.y}, {value.z, value.w}};
         for (int r = 0; r < 2; ++r) {
             if (row + 8 * r >= len_q) break;
-            const float weight = CENTRED ? ds_rowsum[head * len_q + row + 8 * r] * inverse_len_kv : 0.0f;
+            const float weight = ds_rowsum[head * len_q + row + 8 * r] * inverse_len_kv;
             store_bf16x2(dQ + (head * len_q + row + 8 * r) * HEAD_DIM + d,
                          (pair[r][0] - weight * sums.x) * scale, (pair[r][1] - weight * sums.y) * scale);
         }
@@ -942,11 +939,9 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const int pre_blocks = int(std::min<int64_t>((rows + 7) / 8, 65536));
     preprocess_kernel<HEAD_DIM><<<pre_blocks, PRE_THREADS, 0, stream>>>(o, dout, delta, rows);
     CUDA_CHECK(cudaGetLastError());
-    if (shape.centred_dq) {  // the K column sums serve the centred dQ alone
-        key_sum_kernel<HEAD_DIM><<<dim3(heads, unsigned(ceil_div(shape.len_kv, KEY_SUM_ROWS))), HEAD_DIM,
-                                   0, stream>>>(k, key_sum, shape.len_kv);
-        CUDA_CHECK(cudaGetLastError());
-    }
+    key_sum_kernel<HEAD_DIM><<<dim3(heads, unsigned(ceil_div(shape.len_kv, KEY_SUM_ROWS))), HEAD_DIM,
+                               0, stream>>>(k, key_sum, shape.len_kv);
+    CUDA_CHECK(cudaGetLastError());
 
     int device = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&device));
@@ -962,10 +957,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     CUDA_CHECK(cudaGetLastError());
     const int64_t fragments = int64_t((layout.total - layout.dq_accum) / (4 * sizeof(float)));
     const int convert_blocks = int(std::min<int64_t>((fragments + 255) / 256, 65536));
-    // Without the centred dQ the one-pass kernel still adds its dS row sums (its instructions
-    // unchanged); only their use here is skipped.
-    auto convert = shape.centred_dq ? convert_dq_kernel<Tiles, true> : convert_dq_kernel<Tiles, false>;
-    convert<<<convert_blocks, 256, 0, stream>>>(
+    convert_dq_kernel<Tiles><<<convert_blocks, 256, 0, stream>>>(
         dq_accum, ds_rowsum, key_sum, dq, fragments, shape.len_q,
         ceil_div(shape.len_q, Tiles::BLOCK_Q), 1.0f / float(shape.len_kv), scale);
     CUDA_CHECK(cudaGetLastError());
@@ -1000,12 +992,13 @@ size_t attention_backward_workspace_bytes(const AttentionShape& shape) {
 
 void attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                         const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv,
-                        const AttentionShape& shape, cudaStream_t stream) {
+                        const AttentionShape& shape, cudaStream_t stream, const float* key_centre) {
     // Everything before anything is allocated or launched: the shape, then the grid it needs,
-    // then the pointers.
+    // then the pointers. A key_centre is refused there (key_centre_backward stays false: the
+    // convert kernel takes c from key_sum_kernel's sums of the call's keys).
     validate_shape(shape, stage_capabilities());
     validate_backward_grids(shape);
-    validate_backward(shape, stage_capabilities(), q, k, v, o, lse, dout, dq, dk, dv);
+    validate_backward(shape, stage_capabilities(), q, k, v, o, lse, dout, dq, dk, dv, key_centre);
     if (shape.head_dim == 64)
         launch_backward<64>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
     else

@@ -665,10 +665,10 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
 // 16 warp + lane / 4 and 8 more, columns 64 g + 8i + 2 (lane % 4) and one more. Each thread then stages its dQ with 16-byte stores that no
 // two lanes of a warp aim at the same bank, and the block is one contiguous range for the
 // bulk reduce-add. This kernel puts the rows back in order, scales and rounds them, and
-// subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below), unless
-// AttentionShape::centred_dq is false (CENTRED = false: the caller split the rows' keys over
-// several calls and centred K itself). Here a tile is 64 rows: row_tiles of them per head.
-template <int HEAD_DIM, bool CENTRED>
+// subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
+// inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
+// row_tiles of them per head.
+template <int HEAD_DIM>
 __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumulator,
                                            const float* __restrict__ ds_rowsum,
                                            const float* __restrict__ key_sum,
@@ -687,15 +687,6 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
         const int row = int(tile % row_tiles) * 64 + warp * 16 + lane / 4;
         const int column = part * 64 + i * 8 + 2 * (lane % 4);
         const float4 value = reinterpret_cast<const float4*>(dq_accumulator)[f];
-        if constexpr (!CENTRED) {
-            if (row < len_q)
-                *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row) * HEAD_DIM + column) =
-                    __floats2bfloat162_rn(value.x * scale, value.y * scale);
-            if (row + 8 < len_q)
-                *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row + 8) * HEAD_DIM + column) =
-                    __floats2bfloat162_rn(value.z * scale, value.w * scale);
-            continue;
-        }
         const float mean0 = key_sum[head * HEAD_DIM + column] * inverse_len_kv;
         const float mean1 = key_sum[head * HEAD_DIM + column + 1] * inverse_len_kv;
         const float* rowsum = ds_rowsum + head * row_tiles * 64;
@@ -1569,7 +1560,7 @@ struct BackwardWorkspace {
 template <int HEAD_DIM, bool DETERMINISTIC>
 void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o, const float* lse,
                      const bf16* dout, bf16* dq, bf16* dk, bf16* dv, const AttentionShape& shape,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const float* key_centre) {
     using Config = std::conditional_t<DETERMINISTIC, DeterministicBackwardTiling<HEAD_DIM>, BackwardTiling<HEAD_DIM>>;
     using Shared = BackwardSharedLayout<Config>;
     const int batch_heads = shape.batch * shape.heads;
@@ -1643,8 +1634,6 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
         key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal, sums);
     CUDA_CHECK_LAUNCH();
 
-    // The fold runs whatever shape.centred_dq says: besides the sums the centred dQ reads, it
-    // adds chain 1's dQ accumulator to chain 0's (two chains), which the uncentred dQ needs too.
     if (DETERMINISTIC) {
         const int64_t items = std::max({padded_rows, int64_t(batch_heads) * HEAD_DIM,
                                         layout.chains == 2 ? padded_rows * HEAD_DIM / 4 : int64_t(0)});
@@ -1655,13 +1644,14 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
         CUDA_CHECK_LAUNCH();
     }
 
+    // The convert kernel's c is key_sum * (1 / len_kv), the mean of this call's keys; a caller's
+    // key_centre takes its place as it is (times 1, exact), so both run the one kernel. The sums
+    // of the call's keys are still made, and no longer read.
     const int64_t float4s = padded_rows * HEAD_DIM / 4;
     const int convert_blocks = int(std::min<int64_t>((float4s + 255) / 256, 65536));
-    auto convert = shape.centred_dq ? backward_convert_dq_kernel<HEAD_DIM, true>
-                                    : backward_convert_dq_kernel<HEAD_DIM, false>;
-    convert<<<convert_blocks, 256, 0, stream>>>(
-        dq_accumulator, ds_rowsum, key_sum, dq, float4s, shape.len_q, q_tiles * Config::Q_SLABS,
-        1.0f / float(shape.len_kv), shape.softmax_scale());
+    backward_convert_dq_kernel<HEAD_DIM><<<convert_blocks, 256, 0, stream>>>(
+        dq_accumulator, ds_rowsum, key_centre ? key_centre : key_sum, dq, float4s, shape.len_q,
+        q_tiles * Config::Q_SLABS, key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale());
     CUDA_CHECK_LAUNCH();
 }
 
@@ -1671,9 +1661,11 @@ const StageCapabilities& stage_capabilities() {
     // 16-byte alignment: TMA needs the tensors' base addresses on 16-byte boundaries.
     // Compute capability 9.0: wgmma and TMA exist on Hopper only.
     // Deterministic backward: dQ and the sums that go with it added in a fixed order.
+    // Key centre: the convert kernel reads a caller's c in place of the mean of the call's keys.
     static const StageCapabilities caps{"11_hopper_backward", "bf16", {64, 128}, MAX_LENGTH,
                                         MAX_LENGTH, true, /*backward=*/true, 16, 90,
-                                        /*deterministic_backward=*/true};
+                                        /*deterministic_backward=*/true,
+                                        /*key_centre_backward=*/true};
     return caps;
 }
 
@@ -1696,14 +1688,14 @@ size_t attention_backward_workspace_bytes(const AttentionShape& shape) {
 
 void attention_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                         const float* lse, const bf16* dout, bf16* dq, bf16* dk, bf16* dv,
-                        const AttentionShape& shape, cudaStream_t stream) {
-    validate_backward(shape, stage_capabilities(), q, k, v, o, lse, dout, dq, dk, dv);
+                        const AttentionShape& shape, cudaStream_t stream, const float* key_centre) {
+    validate_backward(shape, stage_capabilities(), q, k, v, o, lse, dout, dq, dk, dv, key_centre);
     if (shape.head_dim == 64 && shape.deterministic)
-        launch_backward<64, true>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+        launch_backward<64, true>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream, key_centre);
     else if (shape.head_dim == 64)
-        launch_backward<64, false>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+        launch_backward<64, false>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream, key_centre);
     else if (shape.deterministic)
-        launch_backward<128, true>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+        launch_backward<128, true>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream, key_centre);
     else
-        launch_backward<128, false>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream);
+        launch_backward<128, false>(q, k, v, o, lse, dout, dq, dk, dv, shape, stream, key_centre);
 }

@@ -4,10 +4,10 @@
 // accumulator by the rule of stage 03 (merge.h), and meanwhile passes the block one hop round
 // the ring with NCCL on a second stream. The backward walks the same ring with stage 11's
 // backward: dQ is summed where it lives, dK and dV travel with their block and come home.
-// Before either pass, K is centred once by the mean of all keys of the sequence (an NCCL
-// all-reduce of each GPU's column sums): stage 11's centred dQ is exact only for a call that sees
-// all of a row's keys, so the ring calls it with centred_dq = false on keys centred for the
-// whole sequence (see `centred keys` below).
+// Before the backward, each GPU computes the mean of all keys of the sequence (an NCCL all-reduce
+// of each GPU's column sums) and gives it to every call of stage 11's backward as the centre of
+// its centred dQ: a call's own keys' mean is right only for a call that sees all of a row's keys
+// (see `the key centre` below).
 //
 // Stage 11's kernels are not copied here: its object (build/11_hopper_backward/obj/attention.o)
 // is linked, and this file calls its C++ contract, attention_forward and attention_backward.
@@ -98,17 +98,14 @@ __global__ void fill_kernel(float* __restrict__ data, float value, int64_t count
         data[e] = value;
 }
 
-// ---- centred keys ----------------------------------------------------------------------------
-// Stage 11's backward returns dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c) with c the mean of
-// the call's keys: exact for a call that sees all of row i's keys (rowsum(dS)_i = 0 over a whole
-// row), off by scale rowsum_b(dS)_i c_b for a ring's block b, and the blocks' errors do not cancel
-// unless their keys have the same mean. So the ring subtracts one c, the mean of all keys of the
-// sequence, from K itself before its forward and backward (attention is unchanged when one vector
-// is added to every key: each row's scores move by the same scale q_i . c, which the softmax
-// ignores), calls stage 11 with centred_dq = false, and moves the LSE by scale q_i . c: its
-// forward adds it back to the LSE it returns, its backward takes it off the LSE it is given. Its
-// dQ is then stage 11's centred dQ over the whole sequence. The price: the centred keys are
-// rounded to bf16 once more than the caller's (lab notes 13).
+// ---- the key centre ------------------------------------------------------------------------
+// Stage 11's backward returns dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c), c the mean of the
+// call's keys unless the caller gives one (attention_backward's key_centre). Exact for a call that
+// sees all of row i's keys (rowsum(dS)_i = 0 over a whole row); a ring's block b would be off by
+// scale rowsum_b(dS)_i c_b, and the blocks' errors do not cancel unless their keys have the same
+// mean. So the ring computes one c, the mean of all keys of the sequence, and gives it to every
+// call: the sum over the blocks is then stage 11's centred dQ over the whole sequence, on the
+// keys as given (lab notes 13).
 
 // Column sums of one piece's keys, [batch_heads][rows][head_dim], in chunks of CHUNK_ROWS rows:
 // partials[head][first_chunk + chunk][d] (one block per (head, chunk), one thread per column).
@@ -143,33 +140,6 @@ __global__ void fold_key_sums_kernel(float* __restrict__ sums, const float* __re
 __global__ void scale_kernel(float* __restrict__ data, float factor, int64_t count) {
     for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += int64_t(gridDim.x) * blockDim.x)
         data[e] *= factor;
-}
-
-// centred[h][row][d] = bf16(k[h][row][d] - mean[h][d]), one piece.
-__global__ void centre_keys_kernel(bf16* __restrict__ centred, const bf16* __restrict__ k,
-                                   const float* __restrict__ mean, int64_t batch_heads, int64_t rows,
-                                   int head_dim) {
-    const int64_t per_head = rows * head_dim, total = batch_heads * per_head;
-    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x)
-        centred[e] = __float2bfloat16_rn(__bfloat162float(k[e]) - mean[(e / per_head) * head_dim + e % head_dim]);
-}
-
-// lse_out[h][row] = lse_in[h][row] + sign * scale * q[h][row] . mean[h], one warp per row of one
-// piece, the dot product summed in one fixed order, so that the forward's + and the backward's -
-// move by the same bits.
-__global__ void shift_lse_kernel(float* __restrict__ lse_out, const float* __restrict__ lse_in,
-                                 const bf16* __restrict__ q, const float* __restrict__ mean,
-                                 int64_t batch_heads, int64_t rows, int head_dim, float scale, float sign) {
-    const int lane = threadIdx.x % 32;
-    const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
-    for (int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; row < batch_heads * rows; row += warps) {
-        const float* c = mean + (row / rows) * head_dim;
-        const bf16* q_row = q + row * head_dim;
-        float dot = 0.0f;
-        for (int d = lane; d < head_dim; d += 32) dot += __bfloat162float(q_row[d]) * c[d];
-        for (int offset = 16; offset > 0; offset /= 2) dot += __shfl_xor_sync(0xFFFFFFFFu, dot, offset);
-        if (lane == 0) lse_out[row] = lse_in[row] + sign * (scale * dot);
-    }
 }
 
 __global__ void to_bf16_kernel(bf16* __restrict__ dst, const float* __restrict__ src, int64_t count) {
@@ -344,14 +314,9 @@ struct RingPlan {
     std::vector<BlockCall> calls(int r, int step) const {
         return block_calls(shards[size_t(r)], shards[size_t(block_owner(r, step, devices))], whole.causal);
     }
-    // Every call's keys are the centred ones, so its backward's dQ stays uncentred: the centring
-    // by the call's own keys would be wrong for a part of a row (`centred keys`). The forward
-    // ignores the flag.
     AttentionShape call_shape(const BlockCall& call) const {
-        AttentionShape shape = make_shape(whole.batch, whole.heads, int(call.query_count), int(call.key_count),
-                                          whole.head_dim, call.causal, whole.softmax_scale());
-        shape.centred_dq = false;
-        return shape;
+        return make_shape(whole.batch, whole.heads, int(call.query_count), int(call.key_count),
+                          whole.head_dim, call.causal, whole.softmax_scale());
     }
 };
 
@@ -404,13 +369,13 @@ void pass_block(const RingPlan& plan, const RingDevices::Device& device, int r, 
     // end excerpt
 }
 
-// The keys of GPU r centred for the whole sequence (`centred keys`): its column sums (chunk
-// partials folded in order), added over the GPUs by an NCCL all-reduce on the NCCL stream, divided
-// by the length: `mean` ([batch_heads][head_dim], FP32, the same bits on every GPU); then
-// `centred` = bf16(k - mean), piece-major as k. `partials`: key_chunks(r) * batch_heads * head_dim
-// floats. Every GPU takes part in the all-reduce, one that holds no token with sums of zero.
-void centre_keys(const RingPlan& plan, const RingDevices::Device& device, int r, const bf16* k, bf16* centred,
-                 float* partials, float* mean, const Events& events) {
+// The mean of all keys of the sequence (`the key centre`), computed on GPU r: its column sums
+// (chunk partials folded in order), added over the GPUs by an NCCL all-reduce on the NCCL stream,
+// divided by the length: `mean` ([batch_heads][head_dim], FP32, the same bits on every GPU).
+// `partials`: key_chunks(r) * batch_heads * head_dim floats. Every GPU takes part in the
+// all-reduce, one that holds no token with sums of zero.
+void key_centre(const RingPlan& plan, const RingDevices::Device& device, int r, const bf16* k, float* partials,
+                float* mean, const Events& events) {
     const int64_t BH = plan.batch_heads, D = plan.head_dim, total_chunks = plan.key_chunks(r);
     const cudaStream_t compute = device.compute;
     const Shard& shard = plan.shards[size_t(r)];
@@ -435,28 +400,6 @@ void centre_keys(const RingPlan& plan, const RingDevices::Device& device, int r,
     }
     scale_kernel<<<grid_for(BH * D), THREADS, 0, compute>>>(mean, 1.0f / float(plan.whole.len_q), BH * D);
     CUDA_CHECK_LAUNCH();
-    for (int p = 0; p < int(shard.pieces.size()); ++p) {
-        const int64_t rows = plan.piece_rows(r, p), start = plan.piece_start(r, p, D);
-        if (rows == 0) continue;
-        centre_keys_kernel<<<grid_for(BH * rows * D), THREADS, 0, compute>>>(centred + start, k + start, mean, BH,
-                                                                            rows, int(D));
-        CUDA_CHECK_LAUNCH();
-    }
-}
-
-// lse_out = lse_in + sign * scale * q . mean for every row of GPU r (lse: [pieces][batch, heads,
-// length]): the forward adds the centring's shift back (+1), the backward takes it off (-1).
-void shift_lse(const RingPlan& plan, int r, float* lse_out, const float* lse_in, const bf16* q, const float* mean,
-               float sign, cudaStream_t stream) {
-    const int64_t BH = plan.batch_heads, D = plan.head_dim;
-    for (int p = 0; p < int(plan.shards[size_t(r)].pieces.size()); ++p) {
-        const int64_t rows = plan.piece_rows(r, p);
-        if (rows == 0) continue;
-        shift_lse_kernel<<<grid_for(BH * rows * 32), THREADS, 0, stream>>>(
-            lse_out + plan.piece_start(r, p, 1), lse_in + plan.piece_start(r, p, 1), q + plan.piece_start(r, p, D),
-            mean, BH, rows, int(D), plan.whole.softmax_scale(), sign);
-        CUDA_CHECK_LAUNCH();
-    }
 }
 
 // Each GPU's tensors must live on that GPU: a pointer to another GPU's memory would make every
@@ -530,7 +473,7 @@ RingAttention::RingAttention(const std::vector<int>& devices) : ring_(std::make_
             NCCL_CHECK(ncclSend(data, 1, ncclFloat32, (r + 1) % P, device.comm, device.comm_stream), device.comm);
             NCCL_CHECK(ncclRecv(data + 1, 1, ncclFloat32, (r + P - 1) % P, device.comm, device.comm_stream), device.comm);
             NCCL_CHECK(ncclGroupEnd(), device.comm);
-            // And one all-reduce, which every call makes first (the key sums), so that NCCL sets
+            // And one all-reduce, which every backward makes first (the key sums), so that NCCL sets
             // up its collective here too.
             NCCL_CHECK(ncclAllReduce(data, data, 1, ncclFloat32, ncclSum, device.comm, device.comm_stream), device.comm);
             ring_->wait(device.comm_stream);
@@ -584,15 +527,11 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         const Shard& mine = plan.shards[size_t(r)];
         const int64_t rows = mine.length(), largest = plan.largest_shard();
 
-        // Two block buffers (K then V), this GPU's centred keys and what centres them, the FP32
-        // accumulators, one call's output, and scratch for the rows of a call that are not a
-        // whole piece (striped sharding's shifted calls).
+        // Two block buffers (K then V), the FP32 accumulators, one call's output, and scratch for
+        // the rows of a call that are not a whole piece (striped sharding's shifted calls).
         Regions regions;
         const size_t block_at[2] = {regions.add(2 * BH * largest * D * sizeof(bf16)),
                                     regions.add(2 * BH * largest * D * sizeof(bf16))};
-        const size_t k_centred_at = regions.add(BH * rows * D * sizeof(bf16));
-        const size_t partials_at = regions.add(BH * plan.key_chunks(r) * D * sizeof(float));
-        const size_t mean_at = regions.add(BH * D * sizeof(float));
         const size_t o_at = regions.add(BH * rows * D * sizeof(float));
         const size_t lse_at = regions.add(BH * rows * sizeof(float));
         const int64_t piece = plan.largest_piece, scratch = plan.gathers ? piece : 0;
@@ -606,21 +545,17 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         auto at = [&](size_t offset) { return base + offset; };
         float* o_sum = reinterpret_cast<float*>(at(o_at));
         float* lse_sum = reinterpret_cast<float*>(at(lse_at));
-        bf16* k_centred = reinterpret_cast<bf16*>(at(k_centred_at));
-        float* mean = reinterpret_cast<float*>(at(mean_at));
         auto block_in_hand = [&](int step) -> Block {
-            if (step == 0) return {k_centred, v[size_t(r)]};
+            if (step == 0) return {k[size_t(r)], v[size_t(r)]};
             bf16* buffer = reinterpret_cast<bf16*>(at(block_at[step % 2]));
             return {buffer, buffer + plan.elements(block_owner(r, step, P))};
         };
 
-        // Events: the key sums and their all-reduce; the workspace is ready (the keys centred);
-        // each transfer (group g delivers step g + 1's block); each step's compute; the end of the
-        // transfers.
-        Events centring(2), ready(1), arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
+        // Events: the workspace is ready; each transfer (group g delivers step g + 1's block);
+        // each step's compute; the end of the transfers.
+        Events ready(1), arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
         CUDA_CHECK(cudaMemsetAsync(o_sum, 0, size_t(BH * rows * D) * sizeof(float), compute));
         fill(lse_sum, -INFINITY, BH * rows, compute);
-        centre_keys(plan, device, r, k[size_t(r)], k_centred, reinterpret_cast<float*>(at(partials_at)), mean, centring);
         CUDA_CHECK(cudaEventRecord(ready[0], compute));
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
 
@@ -665,8 +600,9 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         }
         // end excerpt
         to_bf16(o[size_t(r)], o_sum, BH * rows * D, compute);
-        // The LSE of the centred scores, moved back by scale q . c: the LSE of the keys as given.
-        shift_lse(plan, r, lse[size_t(r)], lse_sum, q[size_t(r)], mean, +1.0f, compute);
+        if (rows > 0)
+            CUDA_CHECK(cudaMemcpyAsync(lse[size_t(r)], lse_sum, size_t(BH * rows) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, compute));
         // The workspace is freed on the compute stream: after the last transfer too.
         CUDA_CHECK(cudaEventRecord(transfers_done[0], comm));
         CUDA_CHECK(cudaStreamWaitEvent(compute, transfers_done[0], 0));
@@ -709,10 +645,8 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         const size_t sums_at[2] = {regions.add(2 * BH * largest * D * sizeof(float)),
                                    regions.add(2 * BH * largest * D * sizeof(float))};
         const size_t dq_sum_at = regions.add(BH * rows * D * sizeof(float));
-        const size_t k_centred_at = regions.add(BH * rows * D * sizeof(bf16));
         const size_t partials_at = regions.add(BH * plan.key_chunks(r) * D * sizeof(float));
         const size_t mean_at = regions.add(BH * D * sizeof(float));
-        const size_t lse_centred_at = regions.add(BH * rows * sizeof(float));
         const size_t dq_part_at = regions.add(BH * piece * D * sizeof(bf16));
         size_t dk_part_at[kMaxCalls] = {}, dv_part_at[kMaxCalls] = {};
         if (part_sets > kMaxCalls) throw std::logic_error("ring attention: more calls in a step than planned");
@@ -730,11 +664,9 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         char* base = workspace.as<char>();
         auto at = [&](size_t offset) { return base + offset; };
         float* dq_sum = reinterpret_cast<float*>(at(dq_sum_at));
-        bf16* k_centred = reinterpret_cast<bf16*>(at(k_centred_at));
         float* mean = reinterpret_cast<float*>(at(mean_at));
-        float* lse_centred = reinterpret_cast<float*>(at(lse_centred_at));
         auto block_in_hand = [&](int step) -> Block {
-            if (step == 0) return {k_centred, v[size_t(r)]};
+            if (step == 0) return {k[size_t(r)], v[size_t(r)]};
             bf16* buffer = reinterpret_cast<bf16*>(at(block_at[step % 2]));
             return {buffer, buffer + plan.elements(block_owner(r, step, P))};
         };
@@ -744,10 +676,8 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         Events centring(2), ready(1), kv_arrived(static_cast<size_t>(P)), sums_arrived(size_t(P + 1)), computed(static_cast<size_t>(P)), transfers_done(1);
         CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(BH * rows * D) * sizeof(float), compute));
         CUDA_CHECK(cudaMemsetAsync(sums_in_hand(0), 0, size_t(2 * plan.elements(r)) * sizeof(float), compute));
-        // The keys centred as the forward centred them (the same mean), and the LSE of the
-        // centred scores, which every call's P = exp(S - LSE) needs: the given LSE less scale q . c.
-        centre_keys(plan, device, r, k[size_t(r)], k_centred, reinterpret_cast<float*>(at(partials_at)), mean, centring);
-        shift_lse(plan, r, lse_centred, lse[size_t(r)], q[size_t(r)], mean, -1.0f, compute);
+        // The mean of all keys, the centre of every call's centred dQ (`the key centre`).
+        key_centre(plan, device, r, k[size_t(r)], reinterpret_cast<float*>(at(partials_at)), mean, centring);
         CUDA_CHECK(cudaEventRecord(ready[0], compute));
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
 
@@ -792,7 +722,7 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                 const bf16* q_call = query_side(q[size_t(r)], q_rows_at);
                 const bf16* o_call = query_side(o[size_t(r)], o_rows_at);
                 const bf16* do_call = query_side(dout[size_t(r)], do_rows_at);
-                const float* lse_call = call_rows(lse_centred + plan.piece_start(r, call.query_piece, 1), query_rows,
+                const float* lse_call = call_rows(lse[size_t(r)] + plan.piece_start(r, call.query_piece, 1), query_rows,
                                                   call.query_begin, call.query_count, BH, int64_t(1),
                                                   reinterpret_cast<float*>(at(lse_rows_at)), compute);
                 const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
@@ -802,12 +732,12 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                 const bf16* v_call = call_rows(block.v + key_start, key_rows, call.key_begin, call.key_count, BH, D,
                                                reinterpret_cast<bf16*>(at(v_rows_at)), compute);
                 bf16* dq_part = reinterpret_cast<bf16*>(at(dq_part_at));
-                // O and LSE are the whole row's (the forward's result, the LSE moved to the centred
-                // keys): stage 11 then takes P = exp(S - LSE) and delta = rowsum(dO * O) of the
-                // whole row, as the ring needs; call_shape's centred_dq = false leaves dQ uncentred.
+                // O and LSE are the whole row's (the forward's result): stage 11 then takes
+                // P = exp(S - LSE) and delta = rowsum(dO * O) of the whole row, as the ring needs;
+                // its dQ is centred by the mean of all keys, not of this call's (`the key centre`).
                 attention_backward(q_call, k_call, v_call, o_call, lse_call, do_call, dq_part,
                                    reinterpret_cast<bf16*>(at(dk_part_at[c])), reinterpret_cast<bf16*>(at(dv_part_at[c])),
-                                   plan.call_shape(call), compute);
+                                   plan.call_shape(call), compute, mean);
                 add_rows(dq_sum + query_start, dq_part, BH, query_rows, call.query_begin, call.query_count, D, compute);
             }
             // dK, dV into the sums that travel with this block (they arrive during the calls above).

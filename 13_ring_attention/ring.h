@@ -122,12 +122,10 @@ struct RingResult {
     std::vector<double> dq, dk, dv;   // backward
 };
 // Forward: the reference per call, merged in FP64 (or, with fp32_merge, in FP32 on FP32
-// accumulators, as the GPU does). With centre_keys, as the GPU ring does: K centred first by the
-// mean of all keys (whole_key_means), and scale q . c added back to every LSE.
+// accumulators, as the GPU does).
 RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding, int devices,
                                  const std::vector<float>& q, const std::vector<float>& k,
-                                 const std::vector<float>& v, bool fp32_merge = false,
-                                 bool centre_keys = false);
+                                 const std::vector<float>& v, bool fp32_merge = false);
 
 // How the backward of one call finds delta_i = rowsum(dO_i * O_i): from the whole row's O (what
 // the ring needs, and what stage 11 computes from the o it is given), or summed over the keys
@@ -136,16 +134,17 @@ RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding,
 enum class DeltaSource { whole_row, block_keys };
 
 // How the backward of each call centres dQ. Stage 11 (and 07) compute
-// dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c): with c the mean of the call's keys by default
-// (AttentionShape::centred_dq), which is exact only when the call sees all of row i's keys, since
-// only over a whole row is rowsum(dS) = 0. Summed over a ring's calls b, that dQ is off by
-// scale sum_b rowsum_b(dS)_i c_b, zero only when every call's keys have the same mean.
-//   none:       c = 0 (dQ = scale dS K), the keys as given: the exact gradient.
+// dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c): with c the mean of the call's keys unless the
+// caller gives one (attention_backward's key_centre), which is exact only when the call sees all
+// of row i's keys, since only over a whole row is rowsum(dS) = 0. Summed over a ring's calls b,
+// that dQ is off by scale sum_b rowsum_b(dS)_i c_b, zero only when every call's keys have the same
+// mean.
+//   none:       c = 0 (dQ = scale dS K): the exact gradient.
 //   per_call:   c = the mean of the call's own keys (stage 11's default): wrong over a ring.
-//   whole_keys: what the GPU ring does: K centred once by the mean of all keys of the sequence
-//               (whole_key_means), the LSE moved to match (scale q . c less), every call
-//               uncentred (centred_dq = false). The sum is then stage 11's centred dQ on the
-//               whole sequence, c = the mean of all keys.
+//   whole_keys: what the GPU ring does: every call given the same c, the mean of all keys of the
+//               sequence (whole_key_means; the ring's key_centre). The sum is then
+//               scale (dS K - rowsum(dS) c) over whole rows: stage 11's centred dQ on the whole
+//               sequence.
 enum class DqCentring { none, per_call, whole_keys };
 
 // Backward: dQ stays on its GPU, dK and dV travel with their block and come home after the last
@@ -167,7 +166,7 @@ void reference_block_backward(int64_t batch_heads, int64_t query_count, int64_t 
                               const double* lse, const double* delta, double* dq, double* dk,
                               double* dv, double* ds_rowsum = nullptr);
 
-// ---- the keys centred once for the whole sequence ------------------------------------------------
+// ---- the mean of all keys, the ring's key centre ---------------------------------------------
 
 // The column means of all the keys of the sequence, [batch * heads][head_dim], from each GPU's
 // piece-major k: each GPU's column sums, added over the GPUs in order (what the GPU ring's NCCL
@@ -175,16 +174,6 @@ void reference_block_backward(int64_t batch_heads, int64_t query_count, int64_t 
 std::vector<double> whole_key_means(const std::vector<std::vector<float>>& k_local,
                                     const std::vector<Shard>& shards, int64_t batch_heads,
                                     int64_t head_dim, int64_t len);
-
-// Every key row of every GPU minus its head's means (k_local in place, rounded to float).
-void centre_key_rows(std::vector<std::vector<float>>& k_local, const std::vector<Shard>& shards,
-                     int64_t batch_heads, int64_t head_dim, const std::vector<double>& means);
-
-// scale * q_i . c for every query row of a whole [batch, heads, len, head_dim] q (c: means): how
-// far the LSE of a row moves when every key moves by -c (the scores by -scale q_i . c, the
-// softmax not at all).
-std::vector<double> lse_shift(const std::vector<float>& q, int64_t batch_heads, int64_t len,
-                              int64_t head_dim, double scale, const std::vector<double>& means);
 
 // Test inputs whose keys' means differ from GPU to GPU, so that a centring by each call's own
 // keys shows: k (whole layout) plus, on every key that GPU r holds, amplitude * s_r in even
@@ -222,10 +211,10 @@ struct RingDevices;
 // Tensors are per GPU, in device memory on that GPU, bf16 in the piece-major layout of its
 // Shard (lse: FP32, [pieces][batch, heads, length]); `whole` is the whole sequence's shape
 // (len_q == len_kv == N, any batch, heads, head dim stage 11 supports, causal or not).
-// Both passes first centre K by the mean of all keys of the sequence (an NCCL all-reduce of the
-// GPUs' column sums) and run stage 11 on bf16(K - c), its backward with centred_dq = false; the
-// forward's lse is that of the keys as given (scale q . c added back), and the backward takes
-// that lse (attention.cu, `centred keys`).
+// The backward first computes the mean of all keys of the sequence (an NCCL all-reduce of the
+// GPUs' column sums) and gives it to every call of stage 11's backward as its key_centre, so that
+// the calls' centred dQ sum to the whole sequence's (attention.cu, `the key centre`). The keys,
+// and the forward's lse, are as given.
 // Every argument is checked before anything is launched (std::invalid_argument, nothing
 // written); a CUDA or NCCL failure during the ring aborts the communicators, throws
 // std::runtime_error, and leaves the object unusable (a new one starts afresh).

@@ -336,18 +336,13 @@ void pass_blocks(std::vector<TravellingBlock>& blocks) {
 template <class Accumulator>
 RingResult simulate_forward(const AttentionShape& whole, Sharding sharding, int devices,
                             const std::vector<float>& q, const std::vector<float>& k,
-                            const std::vector<float>& v, bool centre_keys) {
+                            const std::vector<float>& v) {
     check_whole(whole);
     const int64_t N = whole.len_q, D = whole.head_dim, BH = int64_t(whole.batch) * whole.heads;
     const std::vector<Shard> shards = make_shards(sharding, N, devices);
     const auto q_local = shard_rows(q, shards, BH, N, D);
-    auto k_local = shard_rows(k, shards, BH, N, D);
+    const auto k_local = shard_rows(k, shards, BH, N, D);
     const auto v_local = shard_rows(v, shards, BH, N, D);
-    std::vector<double> means;
-    if (centre_keys) {
-        means = whole_key_means(k_local, shards, BH, D, N);
-        centre_key_rows(k_local, shards, BH, D, means);
-    }
 
     std::vector<TravellingBlock> blocks;
     std::vector<std::vector<Accumulator>> o(static_cast<size_t>(devices)), lse(static_cast<size_t>(devices));
@@ -390,10 +385,6 @@ RingResult simulate_forward(const AttentionShape& whole, Sharding sharding, int 
     const auto lse_whole = unshard_rows(lse, shards, BH, N, 1);
     result.o.assign(o_whole.begin(), o_whole.end());
     result.lse.assign(lse_whole.begin(), lse_whole.end());
-    if (centre_keys) {  // the scores moved by -scale q . c: the LSE moves back by +scale q . c
-        const std::vector<double> shift = lse_shift(q, BH, N, D, whole.softmax_scale(), means);
-        for (size_t row = 0; row < result.lse.size(); ++row) result.lse[row] += shift[row];
-    }
     return result;
 }
 
@@ -401,9 +392,9 @@ RingResult simulate_forward(const AttentionShape& whole, Sharding sharding, int 
 
 RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding, int devices,
                                  const std::vector<float>& q, const std::vector<float>& k,
-                                 const std::vector<float>& v, bool fp32_merge, bool centre_keys) {
-    return fp32_merge ? simulate_forward<float>(whole, sharding, devices, q, k, v, centre_keys)
-                      : simulate_forward<double>(whole, sharding, devices, q, k, v, centre_keys);
+                                 const std::vector<float>& v, bool fp32_merge) {
+    return fp32_merge ? simulate_forward<float>(whole, sharding, devices, q, k, v)
+                      : simulate_forward<double>(whole, sharding, devices, q, k, v);
 }
 
 void reference_block_backward(int64_t batch_heads, int64_t query_count, int64_t key_count,
@@ -463,19 +454,13 @@ RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding
     const double scale = whole.softmax_scale();
     const std::vector<Shard> shards = make_shards(sharding, N, devices);
     const auto q_local = shard_rows(q, shards, BH, N, D);
-    auto k_local = shard_rows(k, shards, BH, N, D);
+    const auto k_local = shard_rows(k, shards, BH, N, D);
     const auto v_local = shard_rows(v, shards, BH, N, D);
     const auto do_local = shard_rows(dout, shards, BH, N, D);
-    std::vector<double> lse_used = lse;
-    if (centring == DqCentring::whole_keys) {
-        // As the GPU ring: K centred by the mean of all keys, and the LSE of the centred scores
-        // (scale q . c less), so that every call's P = exp(S - LSE) is unchanged.
-        const std::vector<double> means = whole_key_means(k_local, shards, BH, D, N);
-        centre_key_rows(k_local, shards, BH, D, means);
-        const std::vector<double> shift = lse_shift(q, BH, N, D, scale, means);
-        for (size_t row = 0; row < lse_used.size(); ++row) lse_used[row] -= shift[row];
-    }
-    const auto lse_local = shard_rows_impl(lse_used, shards, BH, N, 1);
+    const auto lse_local = shard_rows_impl(lse, shards, BH, N, 1);
+    // As the GPU ring: the mean of all keys, from every GPU's sums, the c of every call.
+    const std::vector<double> whole_means =
+        centring == DqCentring::whole_keys ? whole_key_means(k_local, shards, BH, D, N) : std::vector<double>{};
     // delta_i = rowsum(dO_i * O_i) over the whole row's output, once per local row.
     std::vector<double> delta_whole(size_t(BH * N));
     for (int64_t row = 0; row < BH * N; ++row)
@@ -513,12 +498,18 @@ RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding
                                          v_rows.data(), do_rows.data(), lse_rows.data(),
                                          delta_source == DeltaSource::whole_row ? delta_rows.data() : nullptr,
                                          dq_part.data(), dk_part.data(), dv_part.data(), ds_rowsum.data());
-                if (centring == DqCentring::per_call)  // stage 11's default: c = this call's key mean
+                if (centring != DqCentring::none)
                     for (int64_t h = 0; h < BH; ++h) {
+                        // per_call: stage 11's default, c = this call's key mean; whole_keys: the
+                        // ring's key_centre, the mean of all keys.
                         std::vector<double> mean(size_t(D), 0.0);
-                        for (int64_t j = 0; j < kc; ++j)
-                            for (int64_t d = 0; d < D; ++d) mean[size_t(d)] += k_rows[size_t((h * kc + j) * D + d)];
-                        for (double& m : mean) m /= double(kc);
+                        if (centring == DqCentring::per_call) {
+                            for (int64_t j = 0; j < kc; ++j)
+                                for (int64_t d = 0; d < D; ++d) mean[size_t(d)] += k_rows[size_t((h * kc + j) * D + d)];
+                            for (double& m : mean) m /= double(kc);
+                        } else {
+                            for (int64_t d = 0; d < D; ++d) mean[size_t(d)] = whole_means[size_t(h * D + d)];
+                        }
                         for (int64_t i = 0; i < qc; ++i)
                             for (int64_t d = 0; d < D; ++d)
                                 dq_part[size_t((h * qc + i) * D + d)] -= ds_rowsum[size_t(h * qc + i)] * mean[size_t(d)];
@@ -547,7 +538,7 @@ RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding
     return result;
 }
 
-// ---- the keys centred once for the whole sequence --------------------------------------------------
+// ---- the mean of all keys, the ring's key centre --------------------------------------------------
 
 std::vector<double> whole_key_means(const std::vector<std::vector<float>>& k_local,
                                     const std::vector<Shard>& shards, int64_t batch_heads,
@@ -566,32 +557,6 @@ std::vector<double> whole_key_means(const std::vector<std::vector<float>>& k_loc
     }
     for (double& sum : total) sum /= double(len);
     return total;
-}
-
-void centre_key_rows(std::vector<std::vector<float>>& k_local, const std::vector<Shard>& shards,
-                     int64_t batch_heads, int64_t head_dim, const std::vector<double>& means) {
-    const int64_t D = head_dim;
-    for (size_t r = 0; r < shards.size(); ++r)
-        for (int p = 0; p < int(shards[r].pieces.size()); ++p)
-            for (int64_t h = 0; h < batch_heads; ++h)
-                for (int64_t i = 0; i < shards[r].pieces[size_t(p)].length; ++i) {
-                    const int64_t at = piece_row_offset(shards[r], p, batch_heads, h, i, D);
-                    for (int64_t d = 0; d < D; ++d)
-                        k_local[r][size_t(at + d)] = float(double(k_local[r][size_t(at + d)]) - means[size_t(h * D + d)]);
-                }
-}
-
-std::vector<double> lse_shift(const std::vector<float>& q, int64_t batch_heads, int64_t len,
-                              int64_t head_dim, double scale, const std::vector<double>& means) {
-    std::vector<double> shift(size_t(batch_heads * len));
-    for (int64_t h = 0; h < batch_heads; ++h)
-        for (int64_t i = 0; i < len; ++i) {
-            double dot = 0;
-            for (int64_t d = 0; d < head_dim; ++d)
-                dot += double(q[size_t((h * len + i) * head_dim + d)]) * means[size_t(h * head_dim + d)];
-            shift[size_t(h * len + i)] = scale * dot;
-        }
-    return shift;
 }
 
 std::vector<float> offset_keys_by_gpu(const std::vector<float>& k, const AttentionShape& whole,

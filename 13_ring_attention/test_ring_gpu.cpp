@@ -61,8 +61,8 @@ std::vector<int> first_gpus(int count) {
 
 // How far each GPU's keys are moved (offset_keys_by_gpu) in the cases that check the centring:
 // a dQ centred by each call's own keys is then off by 7-24% in the host model of the small and
-// long shapes below (lab notes 13), far past the tolerance, while the ring's, centred once for
-// the whole sequence, stays at stage 11's error.
+// long shapes below (lab notes 13), far past the tolerance, while the ring's, every call centred
+// by the mean of all keys, stays at stage 11's error.
 constexpr float kKeyOffset = 0.25f;
 
 // The inputs of one case, bf16-rounded, in the whole [batch, heads, len, head_dim] layout; with
@@ -161,14 +161,12 @@ RingOutputs run_ring(RingAttention& ring, const Inputs& in, Sharding sharding, b
     return out;
 }
 
-// The ring attends to its centred keys, bf16(K - c), rounded once more than the caller's K: each
-// score moves by scale q . (rounding), at most scale 2^-8 sum_d |q_d| |K_d - c_d|, and the LSE
-// (a weighted mean of those moves, no more than the largest) by about 2e-3 at most in the host
-// model of these shapes (lab notes 13). Without the centring the LSE was within 1e-5.
+// The ring's forward runs stage 11 on the keys as given and merges the LSE in FP32: the suite's
+// LSE tolerance.
 void check_lse(const ErrorStats& error) {
     INFO("lse: ", error.to_string());
     CHECK(error.non_finite == 0);
-    CHECK(error.max_abs <= 1e-2);
+    CHECK((error.relative_l2 <= 1e-5 || error.max_abs <= 1e-5));
 }
 
 // The ring against the FP64 reference on the same bf16-rounded inputs.
@@ -203,7 +201,7 @@ void check_against_reference(RingAttention& ring, const AttentionShape& whole, S
 }
 
 // The ring against stage 11 on the whole sequence, on GPU 0 (its default, centred dQ: the mean of
-// all keys, which is what the ring's centred keys reproduce).
+// all keys, which is the key_centre the ring gives every call).
 void check_against_stage11(RingAttention& ring, const AttentionShape& whole, Sharding sharding,
                            float key_offset = 0.0f) {
     const uint64_t seed = fresh_seed();
@@ -290,7 +288,8 @@ RING_GPU_TEST_CASE("ring GPU: a ring of 1 GPU, forward and backward, against FP6
                 check_against_reference(ring, make_shape(1, 2, len, len, head_dim, causal), Sharding::zigzag, false);
             check_against_reference(ring, make_shape(2, 1, 300, 300, head_dim, causal), Sharding::zigzag, true);
             check_against_stage11(ring, make_shape(1, 4, 4099, 4099, head_dim, causal), Sharding::zigzag);
-            // Keys not centred: the ring's own centring, and the LSE moved back, on one GPU.
+            // Keys moved by +1 and -1 in alternate columns (means 1.5 and -0.5): the key centre on one
+            // GPU, where no all-reduce adds the sums.
             check_against_reference(ring, make_shape(2, 1, 300, 300, head_dim, causal), Sharding::zigzag, true, 1.0f);
         }
 }

@@ -31,14 +31,6 @@ struct AttentionShape {
     // launcher, because the backward's workspace depends on it and
     // attention_backward_workspace_bytes sees only the shape.
     bool deterministic = false;
-    // The backward's centred dQ (stages 07 and 11): dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c)
-    // with c the mean of this call's keys, which keeps K's common part from multiplying the
-    // rounding error of delta = rowsum(dO * O) through the bf16 O. Exact only when the call sees
-    // all of a row's keys: over a whole row rowsum(dS) = 0 in exact arithmetic, over part of one
-    // it is not. A caller that splits a row's keys over several calls and sums their dQ (ring
-    // attention, stage 13) sets it false, so that dQ = scale dS K as it is, and centres K itself,
-    // once, by the mean of all the keys. Forward-only stages ignore it (the forward has no dQ).
-    bool centred_dq = true;
 
     float softmax_scale() const;
     int64_t q_elements() const { return int64_t(batch) * heads * len_q * head_dim; }
@@ -70,6 +62,10 @@ struct StageCapabilities {
     // The backward honours AttentionShape::deterministic (bit-identical dQ, dK, dV run to run);
     // without it, a backward with deterministic = true is refused by validate_backward.
     bool deterministic_backward = false;
+    // The backward takes a key_centre (attention_backward's last argument): the c of its
+    // centred dQ given by the caller instead of the mean of the call's keys. Without it, a
+    // backward given a key_centre is refused by validate_backward.
+    bool key_centre_backward = false;
 };
 
 // ---- defined by every stage -------------------------------------------------------------
@@ -88,8 +84,18 @@ void attention_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __n
                        cudaStream_t stream = 0);
 
 // Defined by stages whose capabilities say backward (07). lse is the forward's output.
+// The backwards of 07 and 11 return a centred dQ: dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c),
+// the same as scale dS K in exact arithmetic when the call sees all of row i's keys (then
+// rowsum(dS)_i = 0), but with K's common part kept from multiplying the rounding error of
+// delta = rowsum(dO * O) through the bf16 O. c is the mean of the call's keys unless key_centre
+// is given: [batch * heads][head_dim] FP32 in device memory, aligned as the tensors, read as c.
+// A caller that splits a row's keys over several calls and sums their dQ (ring attention, stage
+// 13) passes every call the same c, the mean of all the keys: the sum is then the centred dQ of
+// the whole row, where each call's own mean would leave it off by scale sum_b rowsum_b(dS)_i c_b.
+// Only a stage whose capabilities say key_centre_backward takes one; the others refuse it.
 void attention_backward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
                         const __nv_bfloat16* o, const float* lse, const __nv_bfloat16* dout,
                         __nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv,
-                        const AttentionShape& shape, cudaStream_t stream = 0);
+                        const AttentionShape& shape, cudaStream_t stream = 0,
+                        const float* key_centre = nullptr);
 size_t attention_backward_workspace_bytes(const AttentionShape& shape);

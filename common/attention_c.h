@@ -41,19 +41,12 @@ extern "C" {
  * accepts either value. A stage whose capabilities say deterministic_backward = 0 refuses 1 in
  * attention_c_backward and attention_c_backward_workspace_bytes (ATTENTION_C_INVALID_ARGUMENT,
  * "deterministic = true is not allowed"); a stage that has it may need more workspace for it.
- * Added in ABI version 2; zero-initialise the struct and 0 keeps version 1's behaviour.
- * centred_dq: 0 or 1 (AttentionShape::centred_dq, whose default is 1): 1 is the backward's
- * centred dQ, dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c) with c the mean of the call's
- * keys, exact only when the call sees all of a row's keys; 0 is dQ = scale dS K as it is, for a
- * caller that splits a row's keys over several calls and centres K itself (ring attention).
- * Forward-only stages accept either value and ignore it. Added in ABI version 3. Unlike
- * deterministic, 0 is not the earlier behaviour: a zero-initialised struct must set it to 1. */
+ * Added in ABI version 2; zero-initialise the struct and 0 keeps version 1's behaviour. */
 typedef struct {
     int batch, heads, len_q, len_kv, head_dim;
     int causal;
     float scale;
     int deterministic;
-    int centred_dq;
 } AttentionCShape;
 
 /* What the stage supports: StageCapabilities of common/attention.h. name: the suite's name
@@ -62,7 +55,8 @@ typedef struct {
  * len_kv in [1, max_len_kv] is supported; causal, backward: 1 when supported;
  * compute_capability: 0 runs on every GPU the build targets, 90 only on compute capability 9.0;
  * deterministic_backward: 1 when the backward honours AttentionCShape.deterministic = 1 (since
- * ABI version 2; 0 for a stage without a backward).
+ * ABI version 2; 0 for a stage without a backward); key_centre_backward: 1 when
+ * attention_c_backward takes a key_centre (since ABI version 3; 0 for a stage without a backward).
  * Stage 01 sizes max_len_kv from the current device's shared memory at its first call. */
 typedef struct {
     char name[64];
@@ -72,6 +66,7 @@ typedef struct {
     int max_len_q, max_len_kv;
     int causal, backward, alignment_bytes, compute_capability;
     int deterministic_backward;
+    int key_centre_backward;
 } AttentionCCapabilities;
 
 enum {
@@ -103,10 +98,16 @@ int attention_c_forward(const void* q, const void* k, const void* v, void* o, fl
 /* dQ, dK, dV from the forward's inputs, its o and lse, and dout. A stage without a backward
  * pass answers ATTENTION_C_INVALID_ARGUMENT, "<stage> has no backward pass"; with
  * shape->deterministic = 1, one without a deterministic backward answers it too (before the
- * pointers are looked at, as the C++ launcher's validate_backward does). */
+ * pointers are looked at, as the C++ launcher's validate_backward does).
+ * key_centre: NULL, or [batch * heads][head_dim] FP32 in device memory, aligned to
+ * alignment_bytes: the c of the backward's centred dQ, dQ_i = scale (sum_j dS_ij K_j -
+ * rowsum(dS)_i c), instead of the mean of the call's keys (attention_backward in
+ * common/attention.h says why a caller that splits a row's keys over several calls passes one).
+ * A stage whose capabilities say key_centre_backward = 0 refuses a non-NULL one, before the
+ * other pointers are looked at ("key_centre = ... is not allowed"). Added in ABI version 3. */
 int attention_c_backward(const void* q, const void* k, const void* v, const void* o,
                          const float* lse, const void* dout, void* dq, void* dk, void* dv,
-                         const AttentionCShape* shape, void* stream);
+                         const float* key_centre, const AttentionCShape* shape, void* stream);
 
 /* The message of the calling thread's last failed call, "" after a successful one. Valid
  * until this thread's next call into this library. */

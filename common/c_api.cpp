@@ -69,14 +69,10 @@ AttentionShape to_shape(const AttentionCShape* shape) {
         throw std::invalid_argument("attention: deterministic = " +
                                     std::to_string(shape->deterministic) +
                                     " is not allowed: must be 0 or 1");
-    if (shape->centred_dq != 0 && shape->centred_dq != 1)
-        throw std::invalid_argument("attention: centred_dq = " + std::to_string(shape->centred_dq) +
-                                    " is not allowed: must be 0 or 1");
     AttentionShape converted = make_shape(shape->batch, shape->heads, shape->len_q,
                                           shape->len_kv, shape->head_dim, shape->causal == 1,
                                           shape->scale);
     converted.deterministic = shape->deterministic == 1;
-    converted.centred_dq = shape->centred_dq == 1;
     return converted;
 }
 
@@ -125,6 +121,7 @@ int attention_c_capabilities(AttentionCCapabilities* out) {
         record.alignment_bytes = caps.alignment_bytes;
         record.compute_capability = caps.compute_capability;
         record.deterministic_backward = caps.deterministic_backward ? 1 : 0;
+        record.key_centre_backward = caps.key_centre_backward ? 1 : 0;
         *out = record;  // written only when the whole record is good
     });
 }
@@ -168,16 +165,17 @@ int attention_c_forward(const void* q, const void* k, const void* v, void* o, fl
 
 int attention_c_backward(const void* q, const void* k, const void* v, const void* o,
                          const float* lse, const void* dout, void* dq, void* dk, void* dv,
-                         const AttentionCShape* shape, void* stream) {
+                         const float* key_centre, const AttentionCShape* shape, void* stream) {
     return guarded([&] {
 #ifdef ATTENTION_HAS_BACKWARD
         attention_backward(static_cast<const Element*>(q), static_cast<const Element*>(k),
                            static_cast<const Element*>(v), static_cast<const Element*>(o), lse,
                            static_cast<const Element*>(dout), static_cast<Element*>(dq),
                            static_cast<Element*>(dk), static_cast<Element*>(dv),
-                           to_shape(shape), static_cast<cudaStream_t>(stream));
+                           to_shape(shape), static_cast<cudaStream_t>(stream), key_centre);
 #else
         (void)q, (void)k, (void)v, (void)o, (void)lse, (void)dout, (void)dq, (void)dk, (void)dv;
+        (void)key_centre;
         (void)shape, (void)stream;
         no_backward();
 #endif

@@ -28,7 +28,6 @@ std::string AttentionShape::to_string() const {
         << " D=" << head_dim << (causal ? " causal" : "");
     if (scale != 0.0f) out << " scale=" << scale;
     if (deterministic) out << " deterministic";
-    if (!centred_dq) out << " uncentred-dQ";
     return out.str();
 }
 

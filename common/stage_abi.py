@@ -19,8 +19,13 @@ without it refuses the shape with ValueError):
     fixed = dataclasses.replace(shape, deterministic=True)
     stage.backward(*(t.data_ptr() for t in (q, k, v, o, lse, dout, dq, dk, dv)), fixed)
 
-A caller that splits a row's keys over several calls and sums their dQ (ring attention) passes
-centred_dq=False and centres K itself (AttentionShape::centred_dq in common/attention.h).
+A caller that splits a row's keys over several calls and sums their dQ (ring attention) gives
+every call the same centre of the centred dQ, the mean of all the keys, as an FP32
+[batch * heads, head_dim] device tensor (capabilities.key_centre_backward; a stage without it
+refuses one with ValueError; attention_backward in common/attention.h says why):
+
+    stage.backward(*(t.data_ptr() for t in (q, k, v, o, lse, dout, dq, dk, dv)), shape,
+                   key_centre=centre.data_ptr())
 
 Several stages' libraries can be loaded into one process at once (each binds its own code and
 exports only the C ABI); each Stage object calls its own library.
@@ -48,9 +53,7 @@ class Shape:
     """AttentionCShape: [batch, heads, len, head_dim] tensors; scale 0 is 1/sqrt(head_dim).
     deterministic: bit-identical dQ, dK, dV run to run; only the backward reads it (every
     forward is deterministic), and a stage without capabilities.deterministic_backward refuses
-    it there. centred_dq: the backward subtracts rowsum(dS) times the mean of the call's keys
-    from dQ (exact only when the call sees all of a row's keys); False for a caller that splits
-    a row's keys over several calls and centres K itself. Forward-only stages ignore it."""
+    it there."""
 
     batch: int
     heads: int
@@ -60,7 +63,6 @@ class Shape:
     causal: bool = False
     scale: float = 0.0
     deterministic: bool = False
-    centred_dq: bool = True
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class Capabilities:
     alignment_bytes: int      # q, k, v, o (and dout, dq, dk, dv) must be aligned to this
     compute_capability: int   # 0: any GPU the build targets; 90: Hopper only
     deterministic_backward: bool = False  # the backward honours Shape.deterministic
+    key_centre_backward: bool = False     # the backward takes a key_centre
 
     @property
     def element_bytes(self) -> int:
@@ -86,8 +89,7 @@ class Capabilities:
 class _CShape(ctypes.Structure):
     _fields_ = [("batch", ctypes.c_int), ("heads", ctypes.c_int), ("len_q", ctypes.c_int),
                 ("len_kv", ctypes.c_int), ("head_dim", ctypes.c_int), ("causal", ctypes.c_int),
-                ("scale", ctypes.c_float), ("deterministic", ctypes.c_int),
-                ("centred_dq", ctypes.c_int)]
+                ("scale", ctypes.c_float), ("deterministic", ctypes.c_int)]
 
 
 class _CCapabilities(ctypes.Structure):
@@ -96,7 +98,7 @@ class _CCapabilities(ctypes.Structure):
                 ("max_len_q", ctypes.c_int), ("max_len_kv", ctypes.c_int),
                 ("causal", ctypes.c_int), ("backward", ctypes.c_int),
                 ("alignment_bytes", ctypes.c_int), ("compute_capability", ctypes.c_int),
-                ("deterministic_backward", ctypes.c_int)]
+                ("deterministic_backward", ctypes.c_int), ("key_centre_backward", ctypes.c_int)]
 
 
 ShapeLike = Union[Shape, tuple]
@@ -153,7 +155,7 @@ class Stage:
         lib.attention_c_workspace_bytes.argtypes = [s, ctypes.POINTER(ctypes.c_size_t)]
         lib.attention_c_backward_workspace_bytes.argtypes = [s, ctypes.POINTER(ctypes.c_size_t)]
         lib.attention_c_forward.argtypes = [p, p, p, p, p, s, p]
-        lib.attention_c_backward.argtypes = [p, p, p, p, p, p, p, p, p, s, p]
+        lib.attention_c_backward.argtypes = [p, p, p, p, p, p, p, p, p, p, s, p]
         for name in ("capabilities", "workspace_bytes", "backward_workspace_bytes", "forward",
                      "backward"):
             getattr(lib, "attention_c_" + name).restype = i
@@ -170,7 +172,8 @@ class Stage:
             max_len_q=record.max_len_q, max_len_kv=record.max_len_kv, causal=bool(record.causal),
             backward=bool(record.backward), alignment_bytes=record.alignment_bytes,
             compute_capability=record.compute_capability,
-            deterministic_backward=bool(record.deterministic_backward))
+            deterministic_backward=bool(record.deterministic_backward),
+            key_centre_backward=bool(record.key_centre_backward))
 
     def __repr__(self) -> str:
         return f"Stage({self.capabilities.name!r}, {str(self.path)!r})"
@@ -202,14 +205,17 @@ class Stage:
 
     def backward(self, q: Pointer, k: Pointer, v: Pointer, o: Pointer, lse: Pointer,
                  dout: Pointer, dq: Pointer, dk: Pointer, dv: Pointer, shape: ShapeLike,
-                 stream: Pointer = 0) -> None:
+                 stream: Pointer = 0, key_centre: Pointer = 0) -> None:
         """dQ, dK, dV from the forward's inputs, o, lse and dout: asynchronous on `stream`.
         With shape.deterministic, bit-identical from run to run (ValueError where the stage
-        lacks capabilities.deterministic_backward)."""
+        lacks capabilities.deterministic_backward). key_centre (0: none): the address of an FP32
+        [batch * heads, head_dim] centre for the centred dQ instead of the mean of the call's
+        keys (ValueError where the stage lacks capabilities.key_centre_backward)."""
         self._check(self.lib.attention_c_backward(
             _address(q, "q"), _address(k, "k"), _address(v, "v"), _address(o, "o"),
             _address(lse, "lse"), _address(dout, "dout"), _address(dq, "dq"),
-            _address(dk, "dk"), _address(dv, "dv"), _c_shape(shape), _address(stream, "stream")))
+            _address(dk, "dk"), _address(dv, "dv"), _address(key_centre, "key_centre"),
+            _c_shape(shape), _address(stream, "stream")))
 
     def _check(self, code: int) -> None:
         if code == OK:
@@ -232,7 +238,7 @@ def _c_shape(shape: ShapeLike):
         shape = Shape(*shape)
     return ctypes.byref(_CShape(shape.batch, shape.heads, shape.len_q, shape.len_kv,
                                 shape.head_dim, int(shape.causal), shape.scale,
-                                int(shape.deterministic), int(shape.centred_dq)))
+                                int(shape.deterministic)))
 
 
 def _address(pointer: Pointer, field: str) -> Optional[int]:

@@ -170,7 +170,7 @@ public:
     }
 
     // The stage's backward into NaN-poisoned dQ, dK, dV with guard elements after the end.
-    Gradients run() const {
+    Gradients run(const float* key_centre = nullptr) const {
         DeviceBuffer<Element> dq_dev(q_.size() + kGuard), dk_dev(k_.size() + kGuard),
             dv_dev(v_.size() + kGuard);
         dq_dev.poison();
@@ -178,7 +178,7 @@ public:
         dv_dev.poison();
         attention_backward(q_dev_.data(), k_dev_.data(), v_dev_.data(), o_dev_.data(),
                            lse_dev_.data(), do_dev_.data(), dq_dev.data(), dk_dev.data(),
-                           dv_dev.data(), shape_);
+                           dv_dev.data(), shape_, 0, key_centre);
         CUDA_CHECK(cudaDeviceSynchronize());
         return {dq_dev.download(), dk_dev.download(), dv_dev.download()};
     }
@@ -187,6 +187,19 @@ public:
     std::string describe() const {
         return std::string(attention_stage_name()) + " backward " + shape_.to_string() +
                " seed=" + std::to_string(seed_) + " key mean=" + std::to_string(key_mean_);
+    }
+
+    // The column means of the keys, [batch * heads][head_dim], in FP64 rounded to float.
+    std::vector<float> key_means() const {
+        const int64_t heads = int64_t(shape_.batch) * shape_.heads, D = shape_.head_dim;
+        std::vector<float> means(size_t(heads * D));
+        for (int64_t h = 0; h < heads; ++h)
+            for (int64_t d = 0; d < D; ++d) {
+                double sum = 0;
+                for (int64_t j = 0; j < shape_.len_kv; ++j) sum += k_[size_t((h * shape_.len_kv + j) * D + d)];
+                means[size_t(h * D + d)] = float(sum / double(shape_.len_kv));
+            }
+        return means;
     }
 
     void check(const Gradients& gradients) const {
@@ -321,37 +334,48 @@ GPU_TEST_CASE("backward: a long sequence, and a custom scale") {
     });
 }
 
-// centred_dq = false: dQ = scale dS K as it is, what a caller gets that splits a row's keys over
-// several calls and centres K itself (ring attention, stage 13). Without the centring, the
-// rounding error of delta = rowsum(dO * O) through the bf16 O enters every dS_ij as -P_ij times
-// that error, and dQ multiplies it by the P-weighted mean of K: the error is the bf16 delta's
-// times mean(K), and it grows with the length, as dQ itself shrinks (lab notes 11: the suite's
-// keys of mean 0.5 fail the long cases uncentred). So K here has mean 0, as a caller that centres
-// it hands it over (Q, V and dO keep the suite's 0.5), and the tolerance is the suite's. Where the
-// call sees all of a row's keys, centring changes dQ by rounding only, so the default mode's
-// cases cover the rest.
-void check_uncentred(const AttentionShape& shape) {
-    AttentionShape uncentred = shape;
-    uncentred.centred_dq = false;
-    const BackwardCase backward(uncentred, fresh_seed(), /*key_mean=*/0.0f);
-    INFO(backward.describe());
-    backward.check(backward.run());
+// A key_centre given by the caller (capabilities.key_centre_backward): the convert kernel reads it
+// as the c of the centred dQ, dQ_i = scale (sum_j dS_ij K_j - rowsum(dS)_i c), instead of the mean
+// of the call's keys. A call that sees all of a row's keys gets the true dQ for any c in exact
+// arithmetic; the rounding error of delta = rowsum(dO * O) through the bf16 O is multiplied by
+// K's part that c leaves (lab notes 11), so c must be near the keys' mean. Here: c = the keys'
+// own mean computed on the host (the suite's keys, mean 0.5), and c = 0 with keys of mean 0; both
+// against FP64 at the suite's tolerance. The ring (stage 13) passes every call the mean of all
+// the sequence's keys, which its own GPU cases check.
+void check_key_centre(const AttentionShape& shape) {
+    {
+        const BackwardCase backward(shape);
+        const std::vector<float> means = backward.key_means();
+        DeviceBuffer<float> centre(means.size());
+        centre.upload(means);
+        INFO(backward.describe(), " key_centre = the keys' means");
+        backward.check(backward.run(centre.data()));
+    }
+    {
+        const BackwardCase backward(shape, fresh_seed(), /*key_mean=*/0.0f);
+        const size_t centre_count = size_t(shape.batch * shape.heads * shape.head_dim);
+        DeviceBuffer<float> centre(centre_count);
+        centre.upload(std::vector<float>(centre_count, 0.0f));
+        INFO(backward.describe(), " key_centre = 0");
+        backward.check(backward.run(centre.data()));
+    }
 }
 
-GPU_TEST_CASE("backward: centred_dq = false against FP64, keys of mean 0 (a caller that centres K)") {
+GPU_TEST_CASE("backward: a given key_centre against FP64 (the keys' own means; 0 for keys of mean 0)") {
     const StageCapabilities& caps = stage_capabilities();
+    if (!caps.key_centre_backward) return;  // refused instead: the host cases check that
     for_each_variant([&](int head_dim, bool causal) {
         for (int length : edge_lengths())
-            if (fits(length, length)) check_uncentred(make_shape(1, 1, length, length, head_dim, causal));
+            if (fits(length, length)) check_key_centre(make_shape(1, 1, length, length, head_dim, causal));
         for (auto [len_q, len_kv] : unequal_lengths())
-            if (fits(len_q, len_kv)) check_uncentred(make_shape(2, 2, len_q, len_kv, head_dim, causal));
-        check_uncentred(make_shape(2, 3, 65, 65, head_dim, causal));
+            if (fits(len_q, len_kv)) check_key_centre(make_shape(2, 2, len_q, len_kv, head_dim, causal));
+        check_key_centre(make_shape(2, 3, 65, 65, head_dim, causal));
         const int length = std::min({2051, caps.max_len_q, caps.max_len_kv});
-        check_uncentred(make_shape(1, 2, length, length, head_dim, causal));
+        check_key_centre(make_shape(1, 2, length, length, head_dim, causal));
         if (caps.deterministic_backward) {
             AttentionShape fixed_order = make_shape(1, 2, length, length, head_dim, causal);
             fixed_order.deterministic = true;
-            check_uncentred(fixed_order);
+            check_key_centre(fixed_order);
         }
     });
 }

@@ -2,9 +2,9 @@
 """The C ABI from Python, without a GPU (run by .ci/run): two stages' libraries loaded into one
 process with common/stage_abi.py, each answering with its own code and its own capability
 record, bad input refused by name as ValueError, the deterministic flag (ABI version 2)
-refused by a backward without the mode, passed through by one with it, and the centred_dq flag
-(ABI version 3: True by default, False passed through, nothing refusing it, the same
-workspace). Prints one line; exits 1 on a failure.
+refused by a backward without the mode, passed through by one with it, and the backward's
+key_centre (ABI version 3) likewise: refused by name by a backward without it, passed through
+(and checked for alignment) by one with it. Prints one line; exits 1 on a failure.
 
     python3 common/test_stage_abi.py                       # 03_online_softmax and 07_backward
     python3 common/test_stage_abi.py 04_warp_shuffle 11_hopper_backward
@@ -26,6 +26,7 @@ failures = []
 
 # Addresses that are never dereferenced: every call below is refused before anything runs.
 FAKE = [(i + 1) << 32 for i in range(9)]
+CENTRE = 10 << 32  # a key_centre's address, apart from the tensors'
 
 
 def check(condition, what):
@@ -61,6 +62,9 @@ def check_stage(stage, others):
           (caps.backward or not caps.deterministic_backward),
           f"{name}: deterministic_backward {caps.deterministic_backward!r} "
           f"(backward {caps.backward})")
+    check(isinstance(caps.key_centre_backward, bool) and
+          (caps.backward or not caps.key_centre_backward),
+          f"{name}: key_centre_backward {caps.key_centre_backward!r} (backward {caps.backward})")
     good = stage_abi.Shape(1, 2, 17, 33, caps.head_dims[0], causal=True)
     workspace = stage.workspace_bytes(good)
     check(isinstance(workspace, int) and workspace >= 0, f"{name}: workspace {workspace!r}")
@@ -81,19 +85,7 @@ def check_stage(stage, others):
     expect(ValueError, ["deterministic = 2"],
            lambda: stage.forward(q, k, v, o, lse, (1, 2, 17, 33, caps.head_dims[0], 1, 0.0, 2)),
            f"{name}: deterministic 2")
-    expect(ValueError, ["centred_dq = 2", "0 or 1"],
-           lambda: stage.forward(q, k, v, o, lse, (1, 2, 17, 33, caps.head_dims[0], 1, 0.0, 0, 2)),
-           f"{name}: centred_dq 2")
     expect(TypeError, ["q"], lambda: stage.forward(1.5, k, v, o, lse, good), f"{name}: float q")
-    # centred_dq: True unless asked; the forward ignores it (the same workspace, the same first
-    # refusal), and so does the backward's workspace.
-    check(good.centred_dq is True, f"{name}: centred_dq defaults to {good.centred_dq!r}")
-    uncentred = dataclasses.replace(good, centred_dq=False)
-    check(stage_abi._c_shape(uncentred)._obj.centred_dq == 0 and
-          stage_abi._c_shape(good)._obj.centred_dq == 1, f"{name}: centred_dq in the C struct")
-    check(stage.workspace_bytes(uncentred) == workspace, f"{name}: forward workspace, uncentred")
-    expect(ValueError, ["q = null"], lambda: stage.forward(0, k, v, o, lse, uncentred),
-           f"{name}: null q, uncentred")
     # The forward takes deterministic as it is: the same workspace, the same first refusal.
     fixed = dataclasses.replace(good, deterministic=True)
     check(stage.workspace_bytes(fixed) == workspace, f"{name}: forward workspace, deterministic")
@@ -112,11 +104,6 @@ def check_stage(stage, others):
         check(stage.backward_workspace_bytes(good) > 0, f"{name}: backward workspace")
         expect(ValueError, ["dq = null"],
                lambda: stage.backward(q, k, v, o, lse, dout, 0, dk, dv, good), f"{name}: null dq")
-        check(stage.backward_workspace_bytes(uncentred) == stage.backward_workspace_bytes(good),
-              f"{name}: backward workspace, uncentred")
-        expect(ValueError, ["dq = null"],
-               lambda: stage.backward(q, k, v, o, lse, dout, 0, dk, dv, uncentred),
-               f"{name}: null dq, uncentred")
     else:
         no_backward = f"{name} has no backward pass"
         expect(ValueError, [no_backward], lambda: stage.backward_workspace_bytes(good),
@@ -126,6 +113,22 @@ def check_stage(stage, others):
         expect(ValueError, [no_backward],
                lambda: stage.backward(q, k, v, o, lse, dout, dq, dk, dv, fixed),
                f"{name}: deterministic backward")
+        expect(ValueError, [no_backward],
+               lambda: stage.backward(q, k, v, o, lse, dout, dq, dk, dv, good, 0, CENTRE),
+               f"{name}: backward with a key_centre")
+    if caps.key_centre_backward:
+        # Let through to the null dq; misaligned, refused by name.
+        expect(ValueError, ["dq = null"],
+               lambda: stage.backward(q, k, v, o, lse, dout, 0, dk, dv, good, 0, CENTRE),
+               f"{name}: null dq, key_centre")
+        expect(ValueError, ["key_centre = ", f"aligned to {caps.alignment_bytes} bytes"],
+               lambda: stage.backward(q, k, v, o, lse, dout, dq, dk, dv, good, 0, CENTRE + 2),
+               f"{name}: misaligned key_centre")
+    elif caps.backward:
+        # Refused by name, ahead of the null dq.
+        expect(ValueError, ["key_centre = ", "is not allowed", name],
+               lambda: stage.backward(q, k, v, o, lse, dout, 0, dk, dv, good, 0, CENTRE),
+               f"{name}: key_centre")
     if caps.deterministic_backward:
         # Let through to the null dq; the mode's own workspace (its ordering state) on top.
         check(stage.backward_workspace_bytes(fixed) > stage.backward_workspace_bytes(good),

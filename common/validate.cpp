@@ -166,11 +166,19 @@ void validate_deterministic(const AttentionShape& shape, const StageCapabilities
 
 void validate_backward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
                        const void* k, const void* v, const void* o, const void* lse,
-                       const void* dout, const void* dq, const void* dk, const void* dv) {
+                       const void* dout, const void* dq, const void* dk, const void* dv,
+                       const void* key_centre) {
     if (!caps.backward)
         throw std::invalid_argument("attention: backward is not implemented by " + caps.name);
     // Before the pointers: a stage that cannot keep the promise says so whatever else is wrong.
     validate_deterministic(shape, caps);
+    if (key_centre != nullptr && !caps.key_centre_backward) {
+        std::ostringstream value;
+        value << key_centre;
+        reject("key_centre", value.str(),
+               caps.name + "'s backward centres dQ by the mean of the call's own keys; it "
+                           "supports only key_centre = null");
+    }
     validate_shape(shape, caps);
     validate_pointer("q", q, caps.alignment_bytes);
     validate_pointer("k", k, caps.alignment_bytes);
@@ -181,17 +189,21 @@ void validate_backward(const AttentionShape& shape, const StageCapabilities& cap
     validate_pointer("dq", dq, caps.alignment_bytes);
     validate_pointer("dk", dk, caps.alignment_bytes);
     validate_pointer("dv", dv, caps.alignment_bytes);
+    validate_pointer("key_centre", key_centre, caps.alignment_bytes, /*may_be_null=*/true);
     const size_t element = element_bytes(caps);
     const size_t q_bytes = size_t(shape.q_elements()) * element;
     const size_t kv_bytes = size_t(shape.kv_elements()) * element;
     const size_t lse_bytes = size_t(shape.lse_elements()) * sizeof(float);
+    const size_t centre_bytes = size_t(shape.batch) * shape.heads * shape.head_dim * sizeof(float);
     validate_no_overlap({{"dq", dq, q_bytes}, {"dk", dk, kv_bytes}, {"dv", dv, kv_bytes}},
                         {{"q", q, q_bytes}, {"k", k, kv_bytes}, {"v", v, kv_bytes},
-                         {"o", o, q_bytes}, {"lse", lse, lse_bytes}, {"dout", dout, q_bytes}});
+                         {"o", o, q_bytes}, {"lse", lse, lse_bytes}, {"dout", dout, q_bytes},
+                         {"key_centre", key_centre, centre_bytes}});
     for (const auto& [field, pointer] :
          {std::pair<const char*, const void*>{"q", q}, {"k", k}, {"v", v}, {"o", o}, {"lse", lse},
           {"dout", dout}, {"dq", dq}, {"dk", dk}, {"dv", dv}})
         validate_device_pointer(field, pointer);
+    validate_device_pointer("key_centre", key_centre);
     require_gpu(caps);
 }
 

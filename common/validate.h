@@ -40,13 +40,16 @@ void require_gpu(const StageCapabilities& caps);
 
 // Shape, limits, every pointer (null, alignment, outputs overlapping inputs or each other,
 // memory a kernel cannot address; lse may be null), then the GPU. The backward first refuses
-// a stage without one, and deterministic = true where caps.deterministic_backward is false
-// (the forward accepts it: every forward is deterministic).
+// a stage without one, deterministic = true where caps.deterministic_backward is false (the
+// forward accepts it: every forward is deterministic), and a key_centre where
+// caps.key_centre_backward is false. key_centre may be null; given, it is
+// [batch * heads][head_dim] FP32, aligned as the tensors.
 void validate_forward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
                       const void* k, const void* v, const void* o, const void* lse);
 void validate_backward(const AttentionShape& shape, const StageCapabilities& caps, const void* q,
                        const void* k, const void* v, const void* o, const void* lse,
-                       const void* dout, const void* dq, const void* dk, const void* dv);
+                       const void* dout, const void* dq, const void* dk, const void* dv,
+                       const void* key_centre = nullptr);
 // The backward's first check after its existence: deterministic = true where
 // caps.deterministic_backward is false. Also what the C ABI's backward workspace query asks
 // (common/c_api.cpp), which sees no pointers.
