@@ -420,6 +420,28 @@ void check_residence(const RingDevices& ring, const RingTensors& tensors) {
         }
 }
 
+// The caller's current GPU, given back when the guard goes: setting up and tearing down the ring
+// makes each of its GPUs current in turn, and the caller's next cudaMalloc must not land on
+// whichever came last (the first 2-GPU run's bad-arguments case allocated on GPU 1 after an
+// earlier ring's destructor).
+class CallerDevice {
+public:
+    CallerDevice() {
+        if (cudaGetDevice(&device_) != cudaSuccess) {
+            cudaGetLastError();
+            device_ = -1;
+        }
+    }
+    ~CallerDevice() {
+        if (device_ >= 0) cudaSetDevice(device_);
+    }
+    CallerDevice(const CallerDevice&) = delete;
+    CallerDevice& operator=(const CallerDevice&) = delete;
+
+private:
+    int device_ = -1;
+};
+
 }  // namespace
 
 // ---- RingAttention ------------------------------------------------------------------------------
@@ -427,8 +449,7 @@ void check_residence(const RingDevices& ring, const RingTensors& tensors) {
 RingAttention::RingAttention(const std::vector<int>& devices) : ring_(std::make_unique<RingDevices>()) {
     if (devices.empty())
         throw std::invalid_argument("ring attention: devices = {} is not allowed: name at least one GPU");
-    int caller_device = 0;  // given back at the end: setting up every GPU changes the current one
-    CUDA_CHECK(cudaGetDevice(&caller_device));
+    const CallerDevice caller;  // given back at the end, or on a throw: setting up every GPU changes it
     int visible = 0;
     CUDA_CHECK(cudaGetDeviceCount(&visible));
     for (size_t i = 0; i < devices.size(); ++i) {
@@ -478,10 +499,10 @@ RingAttention::RingAttention(const std::vector<int>& devices) : ring_(std::make_
             NCCL_CHECK(ncclAllReduce(data, data, 1, ncclFloat32, ncclSum, device.comm, device.comm_stream), device.comm);
             ring_->wait(device.comm_stream);
         });
-    CUDA_CHECK(cudaSetDevice(caller_device));
 }
 
 RingAttention::~RingAttention() {
+    const CallerDevice caller;  // each GPU is made current below; the caller's is given back
     for (RingDevices::Device& device : ring_->devices) {
         cudaSetDevice(device.id);
         // Aborted communicators are freed already, and work that waited on them may never end.

@@ -218,6 +218,7 @@ struct RingDevices;
 // Every argument is checked before anything is launched (std::invalid_argument, nothing
 // written); a CUDA or NCCL failure during the ring aborts the communicators, throws
 // std::runtime_error, and leaves the object unusable (a new one starts afresh).
+// Construction and destruction leave the calling thread's current GPU as they found it.
 class RingAttention {
 public:
     explicit RingAttention(const std::vector<int>& devices);

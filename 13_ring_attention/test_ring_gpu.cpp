@@ -327,6 +327,8 @@ RING_GPU_TEST_CASE("ring GPU: 8 GPUs, keys moved by another constant on each GPU
 }
 
 RING_GPU_TEST_CASE("ring GPU: bad arguments are refused before anything runs", 2) {
+    // Every buffer below on GPU 0, whichever GPU an earlier case left current.
+    CUDA_CHECK(cudaSetDevice(0));
     RingAttention ring(first_gpus(2));
     const AttentionShape whole = make_shape(1, 1, 300, 300, 64, true);
     DeviceBuffer<bf16> a(600 * 64), b(600 * 64);
@@ -343,8 +345,28 @@ RING_GPU_TEST_CASE("ring GPU: bad arguments are refused before anything runs", 2
         ring.forward(in, in, in, out, lse, whole, Sharding::zigzag);
         FAIL("tensors on the wrong GPU were accepted");
     } catch (const std::invalid_argument& error) {
-        CHECK(std::string(error.what()).find("q[1]") != std::string::npos);
+        // q[0] is where it belongs; q[1], GPU 1's, is the first tensor on the wrong GPU.
+        const std::string message = error.what();
+        INFO("the message: ", message);
+        CHECK(message.find("q[1]") != std::string::npos);
+        CHECK(message.find("GPU 1") != std::string::npos);
     }
+}
+
+RING_GPU_TEST_CASE("ring GPU: set-up and tear-down leave the caller's current GPU as it was", 2) {
+    for (int caller : {0, 1}) {
+        INFO("current GPU before: ", caller);
+        CUDA_CHECK(cudaSetDevice(caller));
+        int current = -1;
+        {
+            RingAttention ring(first_gpus(2));
+            CUDA_CHECK(cudaGetDevice(&current));
+            CHECK(current == caller);
+        }
+        CUDA_CHECK(cudaGetDevice(&current));
+        CHECK(current == caller);
+    }
+    CUDA_CHECK(cudaSetDevice(0));
 }
 
 #else
@@ -360,5 +382,6 @@ RING_GPU_TEST_CASE("ring GPU: 2 GPUs, keys moved by another constant on each GPU
 RING_GPU_TEST_CASE("ring GPU: 4 GPUs, keys moved by another constant on each GPU, against FP64 and stage 11", 4) {}
 RING_GPU_TEST_CASE("ring GPU: 8 GPUs, keys moved by another constant on each GPU, against FP64 and stage 11", 8) {}
 RING_GPU_TEST_CASE("ring GPU: bad arguments are refused before anything runs", 2) {}
+RING_GPU_TEST_CASE("ring GPU: set-up and tear-down leave the caller's current GPU as it was", 2) {}
 
 #endif
