@@ -170,7 +170,7 @@ TEST_CASE("ring sharding: every sharding is a permutation, and locate() is its i
         for (int P = 1; P <= 8; ++P)
             for (int64_t N : {int64_t(1), int64_t(2), int64_t(7), int64_t(15), int64_t(16), int64_t(17),
                               int64_t(64), int64_t(97), int64_t(1000), int64_t(4099)}) {
-                INFO(sharding_name(sharding), " P=", P, " N=", N);
+                INFO(std::string(sharding_name(sharding)), " P=", P, " N=", N);
                 const std::vector<Shard> shards = make_shards(sharding, N, P);
                 REQUIRE(shards.size() == size_t(P));
                 std::vector<int> seen(size_t(N), 0);
@@ -238,7 +238,7 @@ TEST_CASE("ring sharding: zigzag and striped balance the causal work, in total a
     for (int P = 2; P <= 8; ++P)
         for (int64_t N = 1; N <= 600; N += (N < 100 ? 1 : 37)) {
             for (Sharding sharding : {Sharding::zigzag, Sharding::striped}) {
-                INFO(sharding_name(sharding), " P=", P, " N=", N);
+                INFO(std::string(sharding_name(sharding)), " P=", P, " N=", N);
                 const std::vector<Shard> shards = make_shards(sharding, N, P);
                 std::vector<int64_t> total;
                 for (const Shard& shard : shards) total.push_back(pairs_of(shard));
@@ -275,7 +275,8 @@ TEST_CASE("ring calls: over all steps every attended (query, key) pair is comput
         for (bool causal : {false, true})
             for (int P : {1, 2, 3, 4, 8})
                 for (int64_t N : {int64_t(1), int64_t(3), int64_t(16), int64_t(17), int64_t(41)}) {
-                    INFO(sharding_name(sharding), " P=", P, " N=", N, causal ? " causal" : "");
+                    INFO(std::string(sharding_name(sharding)), " P=", P, " N=", N,
+                         std::string(causal ? " causal" : ""));
                     const std::vector<Shard> shards = make_shards(sharding, N, P);
                     std::vector<int> count(size_t(N * N), 0);
                     for (int step = 0; step < P; ++step)
@@ -331,7 +332,7 @@ TEST_CASE("ring simulated: forward on P virtual GPUs equals the FP64 reference o
                         std::vector<double> o(q.size()), lse(size_t(whole.lse_elements()));
                         reference_forward(whole, q.data(), k.data(), v.data(), o.data(), lse.data());
                         const RingResult ring = simulate_ring_forward(whole, sharding, P, q, k, v);
-                        INFO(whole.to_string(), " P=", P, " ", sharding_name(sharding));
+                        INFO(whole.to_string(), " P=", P, " ", std::string(sharding_name(sharding)));
                         CHECK(relative_error(ring.o, o) < 1e-12);
                         CHECK(compare(ring.lse, lse).max_abs < 1e-12);
                     }
@@ -350,7 +351,7 @@ TEST_CASE("ring simulated: merged in FP32 as on the GPU, the forward stays withi
             std::vector<double> o(q.size()), lse(size_t(whole.lse_elements()));
             reference_forward(whole, q.data(), k.data(), v.data(), o.data(), lse.data());
             const RingResult ring = simulate_ring_forward(whole, sharding, 8, q, k, v, /*fp32_merge=*/true);
-            INFO(whole.to_string(), " ", sharding_name(sharding));
+            INFO(whole.to_string(), " ", std::string(sharding_name(sharding)));
             CHECK(relative_error(ring.o, o) < 1e-6);
             CHECK(compare(ring.lse, lse).relative_l2 < 1e-6);
         }
@@ -377,7 +378,7 @@ TEST_CASE("ring simulated: backward, dQ at home and dK, dV carried round, equals
                         reference_backward(whole, q.data(), k.data(), v.data(), dout.data(), dq.data(),
                                            dk.data(), dv.data());
                         const RingResult ring = simulate_ring_backward(whole, sharding, P, q, k, v, o, lse, dout);
-                        INFO(whole.to_string(), " P=", P, " ", sharding_name(sharding));
+                        INFO(whole.to_string(), " P=", P, " ", std::string(sharding_name(sharding)));
                         CHECK(relative_error(ring.dq, dq) < 1e-11);
                         CHECK(relative_error(ring.dk, dk) < 1e-11);
                         CHECK(relative_error(ring.dv, dv) < 1e-11);
@@ -433,7 +434,7 @@ TEST_CASE("ring simulated: dQ centred by each call's key mean is wrong over a ri
             for (Sharding sharding : kShardings) {
                 const AttentionShape whole = make_shape(1, 2, 150, 150, 64, causal);
                 const uint64_t s = seed + uint64_t(++cases) * 13;
-                INFO(whole.to_string(), " P=", P, " ", sharding_name(sharding));
+                INFO(whole.to_string(), " P=", P, " ", std::string(sharding_name(sharding)));
                 const auto q = random_inputs(size_t(whole.q_elements()), s);
                 const auto k = offset_keys_by_gpu(random_inputs(size_t(whole.kv_elements()), s + 1), whole, sharding,
                                                   P, 0.25f);
@@ -493,7 +494,7 @@ TEST_CASE("ring simulated: the mean of all keys from every GPU's column sums, GP
                                                   whole, sharding, P, 0.25f);
                 const std::vector<Shard> shards = make_shards(sharding, N, P);
                 const std::vector<double> means = whole_key_means(shard_rows(k, shards, BH, N, D), shards, BH, D, N);
-                INFO("N=", N, " P=", P, " ", sharding_name(sharding));
+                INFO("N=", N, " P=", P, " ", std::string(sharding_name(sharding)));
                 double worst = 0;
                 for (int64_t h = 0; h < BH; ++h)
                     for (int64_t d = 0; d < D; ++d) {

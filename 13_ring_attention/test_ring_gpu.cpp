@@ -173,7 +173,7 @@ void check_lse(const ErrorStats& error) {
 void check_against_reference(RingAttention& ring, const AttentionShape& whole, Sharding sharding, bool backward,
                              float key_offset = 0.0f) {
     const uint64_t seed = fresh_seed();
-    INFO(whole.to_string(), " over ", ring.devices(), " GPU(s), ", sharding_name(sharding), " seed=", seed,
+    INFO(whole.to_string(), " over ", ring.devices(), " GPU(s), ", std::string(sharding_name(sharding)), " seed=", seed,
          " key offset=", key_offset);
     const Inputs in(whole, seed, sharding, ring.devices(), key_offset);
     const RingOutputs out = run_ring(ring, in, sharding, backward);
@@ -205,7 +205,7 @@ void check_against_reference(RingAttention& ring, const AttentionShape& whole, S
 void check_against_stage11(RingAttention& ring, const AttentionShape& whole, Sharding sharding,
                            float key_offset = 0.0f) {
     const uint64_t seed = fresh_seed();
-    INFO(whole.to_string(), " over ", ring.devices(), " GPUs, ", sharding_name(sharding), " seed=", seed,
+    INFO(whole.to_string(), " over ", ring.devices(), " GPUs, ", std::string(sharding_name(sharding)), " seed=", seed,
          " key offset=", key_offset);
     const Inputs in(whole, seed, sharding, ring.devices(), key_offset);
     const RingOutputs out = run_ring(ring, in, sharding, /*backward=*/true);
