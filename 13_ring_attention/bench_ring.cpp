@@ -1,5 +1,5 @@
 // The ring's benchmark: one shape over P GPUs in, one CSV row per pass out, beside stage 11 on
-// one GPU (GPU 0) timed in the same run. Not yet run on a GPU (lab notes 13).
+// one GPU (GPU 0) timed in the same run. First run on 2 H200s: lab notes 13.
 //
 //   bench_13_ring_attention --gpus 4 --sharding zigzag --heads 32 --len 262144 --head-dim 128
 //                           --causal 1 [--batch 1] [--pass fwd|bwd|both] [--repeats 5]
