@@ -316,6 +316,37 @@ class TimedWindow(unittest.TestCase):
         self.assertFalse(self.resident(22.0, calls - 1).done())
         self.assertTrue(self.resident(22.0, calls).done())
 
+    def credit_turns(self, call_ms, turns):
+        resident = self.resident(call_ms, 10)
+        return [resident.take_credit() for _ in range(turns)]
+
+    def test_the_credit_gives_every_member_about_a_slice_a_turn(self):
+        slice_ms = driver.SLICE_SECONDS * 1e3
+        for call_ms in (0.9, 2.3, 4.6, 5.1, 9.2, 20.5):
+            calls = self.credit_turns(call_ms, 100)
+            issued = sum(calls) * call_ms
+            # over 100 turns, within one call of 100 slices
+            self.assertLessEqual(abs(issued - 100 * slice_ms), call_ms, call_ms)
+        # 4.6 and 5.1 ms: one call a turn each (the old slice gave the first two, the second one)
+        self.assertEqual(self.credit_turns(4.6, 10)[:5], [1] * 5)  # then two, once in a while
+        self.assertEqual(self.credit_turns(5.1, 10), [1] * 10)
+        self.assertEqual(set(self.credit_turns(9.2, 10)), {0, 1})
+
+    def test_the_credit_of_short_and_long_calls(self):
+        cap = math.ceil(driver.MAX_CALLS * driver.SLICE_SECONDS / driver.TIMED_SECONDS)
+        self.assertEqual(self.credit_turns(0.01, 3), [cap] * 3)  # the surplus is not carried
+        self.assertEqual(self.credit_turns(driver.LONG_CALL_MS * 2, 3), [1] * 3)
+
+    def test_one_window_for_the_group(self):
+        below, above = self.resident(1.8, 100), self.resident(3.0, 100)
+        window = driver.group_window([below, above, self.resident(driver.LONG_CALL_MS, 1)])
+        self.assertEqual(window, driver.POWER_TIMED_SECONDS)
+        self.assertTrue(below.done())  # 0.18 s of 1.8 ms calls: its own window is full
+        below.group_window = window
+        self.assertFalse(below.done())
+        below.times = [1.8] * math.ceil(driver.POWER_TIMED_SECONDS * 1e3 / 1.8)
+        self.assertTrue(below.done())
+
     def test_long_calls_stop_sooner(self):
         long_ms = driver.LONG_CALL_MS
         self.assertFalse(self.resident(long_ms, driver.LONG_MIN_CALLS - 1).done())
