@@ -184,8 +184,7 @@ class DeterministicRows(unittest.TestCase):
 
 
 class CompareRuns(unittest.TestCase):
-    def compare(self, second_stage_ms):
-        shape = (1, 8, 4096, 8192, 128, False)
+    def compare(self, second_stage_ms, shape=(1, 8, 4096, 8192, 128, False)):
         with tempfile.TemporaryDirectory() as folder:
             runs = []
             for name, stage_ms in (("first", 0.20), ("second", second_stage_ms)):
@@ -211,6 +210,39 @@ class CompareRuns(unittest.TestCase):
 
     def test_a_ratio_beyond_the_tolerance_fails(self):
         self.assertEqual(self.compare(0.21), 1)
+
+    def test_a_shape_no_page_quotes_is_listed_but_does_not_fail(self):
+        self.assertEqual(self.compare(0.21, shape=(3, 5, 333, 777, 64, True)), 0)
+
+
+class Quoted(unittest.TestCase):
+    """compare_runs.py reads the quoted (shape, pass) pairs from the pages' markers."""
+
+    SWEEPS = {"bf16-headline": [(1, 8, 4096, 8192, 128, 0)],
+              "fp32-headline": [(8, 12, 4096, 4096, 64, 0)],
+              "seqlen": [(4, 8, 256, 256, 64, 0), (4, 8, 256, 256, 64, 1)]}
+
+    def quoted(self, page):
+        return compare_runs.quoted([page], self.SWEEPS)
+
+    def test_a_value_quotes_its_shape_and_pass(self):
+        page = "x <!-- value:12_persistent 1x32x4096x4096x128x0 fwd speedup=torch_cudnn/bf16 " \
+               "-->1.0<!-- /value --> and <!-- value:ceiling bf16_gemm -->1<!-- /value -->"
+        self.assertEqual(self.quoted(page), {((1, 32, 4096, 4096, 128, 0), "fwd")})
+
+    def test_a_one_shape_value_names_its_sweep(self):
+        page = "<!-- value:10_pingpong bf16-headline bwd tflops -->1<!-- /value -->"
+        self.assertEqual(self.quoted(page), {((1, 8, 4096, 8192, 128, 0), "bwd")})
+
+    def test_a_sweep_table_quotes_its_pass_and_filtered_shapes(self):
+        page = "<!-- results:seqlen pass=bwd causal=1 -->\n|t|\n<!-- /results:seqlen -->"
+        self.assertEqual(self.quoted(page), {((4, 8, 256, 256, 64, 1), "bwd")})
+        page = "<!-- results:seqlen stages=a,b -->\n|t|\n<!-- /results:seqlen -->"
+        self.assertEqual({p for _, p in self.quoted(page)}, {"fwd"})
+
+    def test_a_stage_table_quotes_both_headlines_both_passes(self):
+        page = "<!-- results:10_pingpong -->\n|t|\n<!-- /results:10_pingpong -->"
+        self.assertEqual(len(self.quoted(page)), 4)
 
 
 class RunGpu(unittest.TestCase):
