@@ -5,8 +5,8 @@ leaves them out), every member's call is taken to last its row's median_ms, and 
 played by a rule until every member is done by the driver's own Resident.done() constants.
 
 Rules:
-  now        the driver's: a member takes ceil(SLICE_SECONDS / call) calls a turn and stops when
-             its own window is full;
+  now        the driver's rule until efa132a (5 ms slices): a member takes
+             ceil(SLICE_SECONDS / call) calls a turn and stops when its own window is full;
   equal      every member takes about the same time a turn: round(T / call) calls, T the longest
              call of the group below LONG_CALL_MS (at least SLICE_SECONDS); each stops when full;
   equal+keep as equal, and a member that is done keeps its turns until the last is done (calls of
@@ -17,7 +17,8 @@ Rules:
              call's surplus up to one slice);
   credit+window  as credit, with one window for the group: the longest of its members' windows
              (a member of calls under POWER_CALL_MS fills POWER_TIMED_SECONDS when another fills
-             it), so that members on either side of POWER_CALL_MS stop together.
+             it), so that members on either side of POWER_CALL_MS stop together: the driver's
+             rule since efa132a.
 
 It prints the seconds of timed calls each rule spends over the whole run (the run's length is
 that plus issue, sleeps and set-up), how finely each rule interleaves (over the BF16 groups, the
