@@ -623,7 +623,11 @@ struct DqWriter {
 
 // Per query row, into arrays padded to whole query tiles (BLOCK_Q rows) per head (so that every tile the
 // producer copies starts on a 16-byte boundary and never reaches into the next head):
-// delta = rowsum(dO * O) and LSE log2 e. Padding rows get 0. One warp per row.
+// delta = rowsum(dO * O) and LSE log2 e. Padding rows get 0. HEAD_DIM / 8 threads per row, each
+// reading 8 elements (16 bytes) of O and of dO, so that a warp reads whole lines of several rows.
+// The same kernel clears what the main kernel adds into (`zeroed`, zeroed_float4s of them), so
+// that no memset runs between the two, and lets the main kernel start early
+// (allow_dependent_launch: its blocks wait for this grid with wait_for_prior_grid).
 constexpr int PREPROCESS_THREADS = 256;
 
 template <int HEAD_DIM>
@@ -631,32 +635,43 @@ __global__ void __launch_bounds__(PREPROCESS_THREADS)
 backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
                            const float* __restrict__ lse, float* __restrict__ delta,
                            float* __restrict__ lse_log2, int len_q, int padded_len_q,
-                           int64_t padded_rows) {
+                           int64_t padded_rows, float4* __restrict__ zeroed, int64_t zeroed_float4s) {
+    allow_dependent_launch();
+    constexpr int ROW_THREADS = HEAD_DIM / 8;
+    constexpr int ROWS_PER_WARP = 32 / ROW_THREADS;
     const int lane = int(threadIdx.x) % 32;
+    const int part = lane % ROW_THREADS;  // elements 8 part .. 8 part + 7 of the row
     const int64_t warps = int64_t(gridDim.x) * (PREPROCESS_THREADS / 32);
-    for (int64_t padded = int64_t(blockIdx.x) * (PREPROCESS_THREADS / 32) + threadIdx.x / 32;
-         padded < padded_rows; padded += warps) {
+    // The loop runs alike for the whole warp (the shuffles below need every lane).
+    for (int64_t first = (int64_t(blockIdx.x) * (PREPROCESS_THREADS / 32) + threadIdx.x / 32) * ROWS_PER_WARP;
+         first < padded_rows; first += warps * ROWS_PER_WARP) {
+        const int64_t padded = first + lane / ROW_THREADS;
         const int64_t head = padded / padded_len_q;
         const int query = int(padded % padded_len_q);
-        if (query >= len_q) {
-            if (lane == 0) delta[padded] = lse_log2[padded] = 0.0f;
-            continue;
-        }
+        const bool real = padded < padded_rows && query < len_q;
         const int64_t row = head * len_q + query;
         float sum = 0.0f;
+        if (real) {
+            const uint4 o = *reinterpret_cast<const uint4*>(O + row * HEAD_DIM + part * 8);
+            const uint4 g = *reinterpret_cast<const uint4*>(dO + row * HEAD_DIM + part * 8);
+            const uint32_t o_pairs[4] = {o.x, o.y, o.z, o.w}, g_pairs[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
-        for (int d = lane * 2; d < HEAD_DIM; d += 64) {
-            const float2 o = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(O + row * HEAD_DIM + d));
-            const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dO + row * HEAD_DIM + d));
-            sum += o.x * g.x + o.y * g.y;
+            for (int i = 0; i < 4; ++i) {
+                const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&o_pairs[i]));
+                const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&g_pairs[i]));
+                sum += a.x * b.x + a.y * b.y;
+            }
         }
 #pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
-        if (lane == 0) {
+        for (int offset = ROW_THREADS / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+        if (part == 0 && padded < padded_rows) {
             delta[padded] = sum;
-            lse_log2[padded] = lse[row] * LOG2E;
+            lse_log2[padded] = real ? lse[row] * LOG2E : 0.0f;
         }
     }
+    for (int64_t i = int64_t(blockIdx.x) * PREPROCESS_THREADS + threadIdx.x; i < zeroed_float4s;
+         i += int64_t(gridDim.x) * PREPROCESS_THREADS)
+        zeroed[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
 // The dQ accumulator holds, per (head, 64 query rows), the 64 x HEAD_DIM block as 64-column
@@ -675,6 +690,7 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
                                            bf16* __restrict__ dQ, int64_t float4s, int len_q,
                                            int row_tiles, float inverse_len_kv, float scale) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
+    wait_for_prior_grid();  // launched while the main kernel's last blocks still run
     for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
          f += int64_t(gridDim.x) * blockDim.x) {
         const int64_t tile = f / TILE_FLOAT4S;
@@ -1229,7 +1245,9 @@ struct ConsumerWarpgroup : BackwardBlock {
                 tma_store_3d(&dv_map, v_tile + offset, slab * 64, kv_start + key_row, head);
             }
             bulk_commit();
-            bulk_wait<0>();  // the stores and the last reduce-add are complete
+            // The block may exit once the copy engine has read its staging tiles; the writes
+            // complete with the grid, before the conversion's wait_for_prior_grid returns.
+            bulk_wait_read<0>();
         }
     }
 };
@@ -1451,6 +1469,10 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // pointer below is into shared memory: LDS and STS, not generic loads and stores.
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
+    // Started while the preprocessing still runs: wait for its delta, LSE and zeroed sums (and,
+    // deterministic, the zeroed block counter), and let the conversion of dQ be launched.
+    wait_for_prior_grid();
+    allow_dependent_launch();
     int linear_block = int(blockIdx.x);
     const DqOrder order{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, sums.rotate, sums.chains};
     if constexpr (Config::DETERMINISTIC) {
@@ -1519,7 +1541,7 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
 }
 
 // The workspace, in FP32: per query row (padded to whole tiles) delta and LSE log2 e, then
-// what is summed by atomics and so starts at zero: the dS row sums, the K column sums per head,
+// what is summed by atomics and so starts at zero (the preprocessing zeroes it): the dS row sums, the K column sums per head,
 // and the dQ accumulator (64-row blocks of every query tile). Deterministic mode adds the
 // K column sums per block and consumer (written whole, before the zeroed part), consumer 1's
 // dS row sums, and the semaphores with the block counter (zeroed): DeterministicSums.
@@ -1555,6 +1577,24 @@ struct BackwardWorkspace {
         static_assert(sizeof(uint32_t) == sizeof(float), "the semaphores counted in floats' bytes");
         total = semaphore_offset + (deterministic ? bytes(semaphores) : 0);
     }
+};
+
+// A launch that may begin while the kernel before it in the stream still runs (programmatic
+// dependent launch): the kernel waits for that one with wait_for_prior_grid.
+struct ProgrammaticLaunch {
+    cudaLaunchAttribute attribute{};
+    cudaLaunchConfig_t config{};
+    ProgrammaticLaunch(unsigned blocks, unsigned threads, size_t shared_bytes, cudaStream_t stream) {
+        attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attribute.val.programmaticStreamSerializationAllowed = 1;
+        config.gridDim = dim3(blocks);
+        config.blockDim = dim3(threads);
+        config.dynamicSmemBytes = shared_bytes;
+        config.stream = stream;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+    }
+    ProgrammaticLaunch(const ProgrammaticLaunch&) = delete;  // config points at attribute
 };
 
 template <int HEAD_DIM, bool DETERMINISTIC>
@@ -1601,10 +1641,13 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
         sums.key_partials = reinterpret_cast<float*>(scratch + layout.key_partials_offset);
     }
 
-    CUDA_CHECK(cudaMemsetAsync(ds_rowsum, 0, layout.total - layout.rowsum_offset, stream));
-    const int preprocess_blocks = int(std::min<int64_t>((padded_rows + 7) / 8, 65536));
+    constexpr int PREPROCESS_ROWS = PREPROCESS_THREADS / (HEAD_DIM / 8);  // rows per block and pass
+    const int preprocess_blocks =
+        int(std::min<int64_t>((padded_rows + PREPROCESS_ROWS - 1) / PREPROCESS_ROWS, 65536));
+    static_assert(sizeof(float4) == 16, "the zeroed region is whole 256-byte pieces");
     backward_preprocess_kernel<HEAD_DIM><<<preprocess_blocks, PREPROCESS_THREADS, 0, stream>>>(
-        o, dout, lse, delta, lse_log2, shape.len_q, q_tiles * Config::BLOCK_Q, padded_rows);
+        o, dout, lse, delta, lse_log2, shape.len_q, q_tiles * Config::BLOCK_Q, padded_rows,
+        reinterpret_cast<float4*>(ds_rowsum), int64_t(layout.total - layout.rowsum_offset) / 16);
     CUDA_CHECK_LAUNCH();
 
     const CUtensorMap q_map = make_tensor_map(q, batch_heads, shape.len_q, HEAD_DIM, Config::BLOCK_Q);
@@ -1629,10 +1672,10 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                                                  Shared::BYTES));
         sums.rotate = rotate_dq_chains(kv_tiles, q_tiles, shape.causal, int64_t(multiprocessors) * per_multiprocessor);
     }
-    kernel<<<unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream>>>(
-        q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map, dq_accumulator, ds_rowsum,
-        key_sum, shape.len_q, shape.len_kv, kv_tiles, q_tiles, shape.softmax_scale(), shape.causal, sums);
-    CUDA_CHECK_LAUNCH();
+    const ProgrammaticLaunch main_launch(unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream);
+    CUDA_CHECK(cudaLaunchKernelEx(&main_launch.config, kernel, q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map,
+                                  dq_accumulator, ds_rowsum, key_sum, shape.len_q, shape.len_kv, kv_tiles,
+                                  q_tiles, shape.softmax_scale(), shape.causal, sums));
 
     if (DETERMINISTIC) {
         const int64_t items = std::max({padded_rows, int64_t(batch_heads) * HEAD_DIM,
@@ -1649,10 +1692,12 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     // of the call's keys are still made, and no longer read.
     const int64_t float4s = padded_rows * HEAD_DIM / 4;
     const int convert_blocks = int(std::min<int64_t>((float4s + 255) / 256, 65536));
-    backward_convert_dq_kernel<HEAD_DIM><<<convert_blocks, 256, 0, stream>>>(
-        dq_accumulator, ds_rowsum, key_centre ? key_centre : key_sum, dq, float4s, shape.len_q,
-        q_tiles * Config::Q_SLABS, key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale());
-    CUDA_CHECK_LAUNCH();
+    const ProgrammaticLaunch convert_launch(unsigned(convert_blocks), 256, 0, stream);
+    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, backward_convert_dq_kernel<HEAD_DIM>, static_cast<const float*>(dq_accumulator),
+                                  static_cast<const float*>(ds_rowsum),
+                                  static_cast<const float*>(key_centre ? key_centre : key_sum), dq,
+                                  float4s, shape.len_q, q_tiles * Config::Q_SLABS,
+                                  key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale()));
 }
 
 }  // namespace

@@ -179,8 +179,11 @@ __device__ __forceinline__ WorkTile work_item(int item, int items, int whole, co
 // to the tensor cores with the last P V of the one before, whose O is normalized and staged
 // while it runs. A second producer warp stores O with TMA. __launch_bounds__ caps the registers
 // from the block's thread count (384 threads: 168 each), the budget setmaxnreg moves between
-// the warpgroups.
-template <class Config>
+// the warpgroups. ONE_TILE: the grid has a block for every work tile (fewer work tiles than
+// SMs, or a causal call below the counter's threshold), so each block's first work tile is its
+// only one and nobody waits for the ring's slot: every role reads it where the storer's thread
+// left it before the barrier.
+template <class Config, bool ONE_TILE>
 __global__ void __launch_bounds__(Config::THREADS, 1)
 flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                                  const __grid_constant__ CUtensorMap k_map,
@@ -261,11 +264,15 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     // warp lane 0 alone reads the slot, before it frees it, and hands the tile to its lanes.
     auto next_work = [&](int round, bool single = false) {
         const int slot = round % SCHEDULE_SLOTS;
-        mbarrier_wait(&schedule_full[slot], uint32_t(round / SCHEDULE_SLOTS % 2));
         WorkTile work{0, 0, 0, 0, WHOLE};
-        if (single || lane == 0) {
-            work = schedule[slot];
-            mbarrier_arrive(&schedule_empty[slot]);
+        if constexpr (ONE_TILE) {
+            if (round == 0 && (single || lane == 0)) work = schedule[0];  // then no more
+        } else {
+            mbarrier_wait(&schedule_full[slot], uint32_t(round / SCHEDULE_SLOTS % 2));
+            if (single || lane == 0) {
+                work = schedule[slot];
+                mbarrier_arrive(&schedule_empty[slot]);
+            }
         }
         if (!single) {  // the same in the whole warp, and the compiler knows it (see warpgroup)
             work.head = __shfl_sync(FULL_MASK, work.head, 0);
@@ -292,15 +299,20 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
             // tiles: at D = 64 the loader has 32 registers, and a tile index beside kv_begin
             // spilled one (as would gridDim.x, kept).
             TIMELINE_STAMP(TIMELINE_START, 0);
-            // excerpt: loader
-            int tile = int(blockIdx.x), load = 0;
-            for (int round = 0;; ++round) {
+            // The work tile of round `round` into its slot, once every reader has read the one
+            // before it there.
+            auto announce = [&](const WorkTile& work, int round) {
                 const int slot = round % SCHEDULE_SLOTS;
-                const WorkTile work = round == 0 ? schedule[0]  // worked out before the barrier (first-work)
-                                                 : work_item<Config>(tile, total_tiles, whole_tiles, order, q_tiles, len_kv, causal);
                 mbarrier_wait(&schedule_empty[slot], uint32_t((round / SCHEDULE_SLOTS + 1) % 2));
                 schedule[slot] = work;
                 mbarrier_arrive(&schedule_full[slot]);
+            };
+            // excerpt: loader
+            int tile = int(blockIdx.x), load = 0;
+            for (int round = 0;; ++round) {
+                const WorkTile work = round == 0 ? schedule[0]  // worked out before the barrier (first-work)
+                                                 : work_item<Config>(tile, total_tiles, whole_tiles, order, q_tiles, len_kv, causal);
+                if constexpr (!ONE_TILE) announce(work, round);  // (one tile: it is in the slot already)
                 if (work.kv_tiles == 0) break;
                 const int end = (work.kv_begin + work.kv_tiles) * BLOCK_KV;  // (a part: inside the range)
                 bool first = true;
@@ -328,6 +340,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
                                     kv_row, work.head, &v_full[stage]);
                     TIMELINE_STAMP(TIMELINE_LOADED, load);
                 }
+                if constexpr (ONE_TILE) break;
                 // The next work tile (the ring keeps the consumers busy while the atomic returns).
                 unsigned blocks;
                 asm volatile("mov.u32 %0, %%nctaid.x;\n" : "=r"(blocks));
@@ -895,7 +908,11 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     const CUtensorMap k_map = make_tensor_map(k, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
     const CUtensorMap v_map = make_tensor_map(v, batch_heads, shape.len_kv, Config::HEAD_DIM, Config::BLOCK_KV);
     const CUtensorMap o_map = make_tensor_map(o, batch_heads, shape.len_q, Config::HEAD_DIM, 64);
-    auto kernel = flash_forward_pingpong_kernel<Config>;
+    // excerpt: one-tile
+    // A block for every work tile: the instance without the ring's slot (ONE_TILE).
+    auto kernel = blocks == items ? flash_forward_pingpong_kernel<Config, true>
+                                  : flash_forward_pingpong_kernel<Config, false>;
+    // end excerpt
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Config::SHARED_BYTES)));
     kernel<<<unsigned(blocks), Config::THREADS, Config::SHARED_BYTES, stream>>>(

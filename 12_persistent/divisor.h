@@ -4,12 +4,6 @@
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DIVISOR_HOST_DEVICE __host__ __device__
-#else
-#define DIVISOR_HOST_DEVICE
-#endif
-
 // excerpt: divisor
 // A division by a number known only at run time is a software routine of about twenty
 // dependent instructions (a reciprocal on the MUFU unit, conversions, corrections), and the
@@ -23,7 +17,7 @@ struct Divisor {
     int value;
     uint32_t multiplier;
     int shift;
-    DIVISOR_HOST_DEVICE int divide(int n) const {
+    __host__ __device__ int divide(int n) const {
 #ifdef __CUDA_ARCH__
         return int((__umulhi(uint32_t(n), multiplier) + uint32_t(n)) >> shift);
 #else

@@ -1,4 +1,4 @@
-// Which work tiles the non-causal kernel splits along K/V (branch split-tail, an experiment).
+// Which work tiles the non-causal D = 64 kernel splits along K/V (lab notes 12: "Splitting the last round").
 // Non-causal work tiles all take the same time: T of them on S SMs take ceil(T / S) rounds, the
 // last one r = T mod S tiles (T when T < S) on S SMs. The first F = T - r stay whole; each of the
 // last r is cut into g parts of about n / g of its n K/V tiles, whose partial O and LSE a small
@@ -36,19 +36,14 @@ constexpr int last_round_kv_tiles(int r, int g, int sms, int n) {
 }
 // end excerpt
 
-#ifdef __CUDACC__
-#define SPLIT_PLAN_HOST_DEVICE __host__ __device__
-#else
-#define SPLIT_PLAN_HOST_DEVICE
-#endif
 // The first K/V tile of part p of g of a work tile's n (the kernel's work_item and the host
 // tests): the parts cover 0 .. n - 1 in order, the first n mod g of them one K/V tile longer
 // than floor(n / g) (in int: p floor(n / g) <= n).
 // The kernel's form takes floor(n / g) and n mod g, worked out once on the host (TileOrder).
-SPLIT_PLAN_HOST_DEVICE constexpr int part_begin_of(int p, int quotient, int remainder) {
+__host__ __device__ constexpr int part_begin_of(int p, int quotient, int remainder) {
     return p * quotient + (p < remainder ? p : remainder);
 }
-SPLIT_PLAN_HOST_DEVICE constexpr int part_begin(int p, int g, int n) { return part_begin_of(p, n / g, n % g); }
+__host__ __device__ constexpr int part_begin(int p, int g, int n) { return part_begin_of(p, n / g, n % g); }
 
 // excerpt: plan-split
 // T work tiles of n K/V tiles each on S SMs: the g from 1 to n / 2 (every part at least two

@@ -3,13 +3,17 @@
 stage against cuDNN and against FlashAttention-2 (torch_cudnn, torch_flash), forward and
 backward, at every shape both runs timed, and prints how far the second run's ratio is from the
 first's. The course's target: within 3% at every shape the README and the chapters quote, for
-two runs back to back on one machine. Each run's system.txt (beside its results.csv) names the
-GPU by its UUID; the report says whether both runs timed the same one.
+two runs back to back on one machine. The quoted shapes are read from the pages' generated
+numbers and tables (bench/tables.py's markers): a value marker quotes its shape and pass, a
+sweep table the shapes and pass it shows, a stage's table both headlines. Each run's system.txt
+(beside its results.csv) names the GPU by its UUID; the report says whether both runs timed
+the same one.
 
 usage: compare_runs.py FIRST SECOND [--tolerance 0.03] [--out FILE]
   FIRST, SECOND: a results.csv or a folder holding one (bench/results/<gpu>/...).
-Exit status 0 when every ratio agrees within the tolerance, 1 otherwise, and 1 when the two runs'
-system.txt name different GPUs (two GPUs are not one machine's runs back to back).
+Every ratio is listed, beyond the tolerance or not. Exit status 0 when every ratio at a quoted
+(shape, pass) agrees within the tolerance, 1 otherwise, and 1 when the two runs' system.txt
+name different GPUs (two GPUs are not one machine's runs back to back).
 """
 
 import argparse
@@ -19,7 +23,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from schema import STAGES  # noqa: E402
-from tables import read_results  # noqa: E402
+from tables import (HEADLINES, MARKER, VALUE, markdown_files, parse_options,  # noqa: E402
+                    parse_shape, read_results, read_sweeps)
 
 BASELINES = ["torch_cudnn", "torch_flash"]
 
@@ -65,6 +70,39 @@ def same_gpu_line(first, second):
     return "GPU: DIFFERENT (first " + ", ".join(a) + "; second " + ", ".join(b) + ")"
 
 
+def quoted(pages, sweeps):
+    """{(shape, pass)} that the pages (markdown texts) quote through bench/tables.py's markers."""
+    found = set()
+    for text in pages:
+        for marker in MARKER.finditer(text):
+            name, options = marker["name"], parse_options(marker["options"])
+            if name.startswith("stage:") or name[:2].isdigit():
+                shapes = [shape for headline in HEADLINES for shape in sweeps.get(headline, [])]
+                passes = ["fwd", "bwd"]
+            elif name in sweeps:
+                shapes = sweeps[name]
+                if "causal" in options:
+                    shapes = [shape for shape in shapes if shape[5] == int(options["causal"])]
+                passes = [options["pass"]] if "pass" in options else \
+                    (["fwd", "bwd"] if len(shapes) == 1 else ["fwd"])
+            else:
+                continue  # ceilings, sdpa-fp32: no BF16 stage against a baseline
+            found |= {(shape, pass_name) for shape in shapes for pass_name in passes}
+        for value in VALUE.finditer(text):
+            words = value["spec"].split()
+            if len(words) == 4:
+                found.add((parse_shape(words[1], sweeps), words[2]))
+    return found
+
+
+def quoted_in_the_course():
+    pages = []
+    for path in markdown_files():
+        with open(path) as page:
+            pages.append(page.read())
+    return quoted(pages, read_sweeps())
+
+
 def ratios(rows):
     """{(stage, baseline, shape, pass): baseline time / stage time} over the BF16 rows."""
     times = {(stage, shape, pass_name): float(row["median_ms"])
@@ -96,13 +134,20 @@ def main():
         raise SystemExit("compare_runs.py: no stage/baseline ratio in both runs")
     changes = {k: second[k] / first[k] - 1 for k in common}
     outside = [k for k in common if abs(changes[k]) > arguments.tolerance]
+    on_the_pages = quoted_in_the_course()
+    quoted_keys = [k for k in common if (k[2], k[3]) in on_the_pages]
+    quoted_outside = [k for k in outside if k in quoted_keys]
     lines = [f"first:  {results_path(arguments.first)}",
              f"second: {results_path(arguments.second)}",
              same_gpu_line(arguments.first, arguments.second),
              f"{len(common)} ratios (BF16 stage vs {' and '.join(BASELINES)}, per shape and pass) "
              f"in both runs; second / first - 1: median {statistics.median(changes.values()):+.2%}"
              f", largest {max(changes.values(), key=abs):+.2%}; "
-             f"{len(outside)} beyond {arguments.tolerance:.0%}"]
+             f"{len(outside)} beyond {arguments.tolerance:.0%}",
+             f"quoted by the README and the chapters: {len(quoted_keys)} of these ratios "
+             f"({len(on_the_pages)} shapes and passes); {len(quoted_outside)} beyond "
+             f"{arguments.tolerance:.0%}: " +
+             ("the runs AGREE" if not quoted_outside else "the runs DISAGREE")]
     by_stage = {}
     for k in common:
         by_stage.setdefault((k[0], k[1], k[3]), []).append(abs(changes[k]))
@@ -114,7 +159,8 @@ def main():
     for k in common:
         stage, baseline, shape, pass_name = k
         tag = "x".join(map(str, shape))
-        mark = "  <-- beyond" if k in outside else ""
+        mark = ("  <-- beyond, quoted" if k in quoted_outside else
+                "  <-- beyond (not quoted)" if k in outside else "")
         lines.append(f"  {stage:20s} {baseline:12s} {pass_name} {tag:24s} {first[k]:.3f} -> "
                      f"{second[k]:.3f} ({changes[k]:+.2%}){mark}")
     text = "\n".join(lines)
@@ -122,7 +168,7 @@ def main():
     if arguments.out:
         with open(arguments.out, "w") as out:
             out.write(text + "\n")
-    return 1 if outside or different_gpus(arguments.first, arguments.second) else 0
+    return 1 if quoted_outside or different_gpus(arguments.first, arguments.second) else 0
 
 
 if __name__ == "__main__":

@@ -8,11 +8,18 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
   * per shape and pass, every implementation is made resident (its input sets made, rotated so
     that no call finds its inputs in L2) and called twice untimed (the first call pays the
     one-time costs: plans built, modules loaded);
-  * then the implementations take turns in slices of SLICE_SECONDS of calls (at least one),
-    the order rotated by one place per turn and reversed every other turn, until each has
+  * then the implementations take turns, the order rotated by one place per turn and reversed
+    every other turn. Each turn gives every implementation SLICE_SECONDS of credit, and it
+    issues the calls its credit covers (round(credit / call): none when a call is much longer
+    than its credit, which it keeps for the next turn), so that over the turns every member
+    issues about the same time of calls while a turn stays short against the clock's swings; a
+    call's length is read from the median of its timed calls once there are five. They go on
+    until each has
     TIMED_SECONDS of timed calls (POWER_TIMED_SECONDS for calls of POWER_CALL_MS or more) and
     MIN_CALLS calls (or MAX_TIMED_SECONDS, or MAX_CALLS; a call of LONG_CALL_MS or more stops at
-    LONG_MIN_CALLS calls or LONG_MAX_TIMED_SECONDS).
+    LONG_MIN_CALLS calls or LONG_MAX_TIMED_SECONDS), where the window is the group's: the
+    longest window of its members of calls below LONG_CALL_MS, so that members on either side of
+    POWER_CALL_MS stop together.
     An H100 under load swings its clock by several percent every 100-200 ms: slices much
     shorter than that, spread over seconds, give every implementation the same mix of fast and
     slow moments, so a ratio of two of them does not depend on which moments each one got;
@@ -359,13 +366,45 @@ class Resident:
         self.pending = []       # this turn's (begin, end) events
         self.times = []         # every timed call, ms
         self.slices = []        # each slice's median, ms
+        self.credit_ms = 0.0    # time of calls this member may still issue (its turns' credit)
+        self.group_window = None  # the group's window, seconds (set by time_group)
+
+    def typical_ms(self):
+        """A call's length as the rule reads it: the median of the timed calls once there are
+        five, else the second untimed call's (which can carry a one-time cost, or come out
+        short)."""
+        return statistics.median(self.times) if len(self.times) >= 5 else self.gpu_ms
+
+    def own_window(self):
+        typical_ms = self.typical_ms()
+        return POWER_TIMED_SECONDS if POWER_CALL_MS <= typical_ms < LONG_CALL_MS else TIMED_SECONDS
+
+    def take_credit(self):
+        """This turn's calls: SLICE_SECONDS more credit, and the calls it covers (none when a
+        call is much longer than the credit, one at least for a call of LONG_CALL_MS or more),
+        no more than MAX_CALLS spread over the turns of a short call's window. The credit left
+        over is kept (a negative one too: the next turns pay it back)."""
+        call_ms = max(self.typical_ms(), 1e-3)
+        self.credit_ms += SLICE_SECONDS * 1e3
+        wanted = round(self.credit_ms / call_ms)
+        if call_ms >= LONG_CALL_MS:
+            wanted = max(wanted, 1)  # a long call takes a turn of its own, one call each time
+        calls = min(wanted, math.ceil(MAX_CALLS * SLICE_SECONDS / TIMED_SECONDS),
+                    max(1, MAX_CALLS - len(self.times)))
+        self.credit_ms -= calls * call_ms
+        if calls < wanted:  # capped: a short call's surplus is not carried beyond one slice
+            self.credit_ms = min(self.credit_ms, SLICE_SECONDS * 1e3)
+        return calls
 
     def done(self):
         timed_ms = sum(self.times)
-        long_call = self.gpu_ms >= LONG_CALL_MS
+        typical_ms = self.typical_ms()
+        long_call = typical_ms >= LONG_CALL_MS
         min_calls = LONG_MIN_CALLS if long_call else MIN_CALLS
         max_seconds = LONG_MAX_TIMED_SECONDS if long_call else MAX_TIMED_SECONDS
-        window = POWER_TIMED_SECONDS if POWER_CALL_MS <= self.gpu_ms < LONG_CALL_MS else TIMED_SECONDS
+        window = self.own_window()
+        if not long_call and self.group_window is not None:
+            window = max(window, self.group_window)
         return (len(self.times) >= MAX_CALLS or timed_ms >= max_seconds * 1e3
                 or (timed_ms >= window * 1e3 and len(self.times) >= min_calls))
 
@@ -477,6 +516,12 @@ def guarded(torch, impl):
             raise Skip(baselines.refusal_reason(caught) or baselines.first_line(error))
 
 
+def group_window(residents):
+    """The group's window: the longest of its members' own, among calls below LONG_CALL_MS."""
+    windows = [r.own_window() for r in residents if r.typical_ms() < LONG_CALL_MS]
+    return max(windows) if windows else None
+
+
 def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
     """Makes the group's members, (implementation, pass) pairs, resident, then times them in
     turns of slices."""
@@ -492,6 +537,9 @@ def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
                 gc.collect()  # the exception's frames may hold this shape's tensors
         turn, started = 0, time.perf_counter()
         while True:
+            window = group_window(residents)
+            for resident in residents:
+                resident.group_window = window
             waiting = [r for r in residents if not r.done()]
             if not waiting:
                 break
@@ -505,12 +553,10 @@ def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
             shift = turn % len(waiting)
             order = waiting[shift:] + waiting[:shift]
             for resident in (order[::-1] if turn % 2 else order):
-                # A slice's worth of calls, but no more than MAX_CALLS spread over the turns.
-                calls = max(1, math.ceil(SLICE_SECONDS * 1e3 / max(resident.gpu_ms, 1e-3)))
-                calls = min(calls, math.ceil(MAX_CALLS * SLICE_SECONDS / TIMED_SECONDS),
-                            max(1, MAX_CALLS - len(resident.times)))
-                with guarded(torch, resident.impl):
-                    resident.issue(torch, calls)
+                calls = resident.take_credit()
+                if calls:
+                    with guarded(torch, resident.impl):
+                        resident.issue(torch, calls)
             torch.cuda.synchronize()
             clock, power = clocks.read()
             for resident in order:
@@ -597,12 +643,12 @@ def parse_arguments():
 
 def method():
     return (f"interleaved slices (bench/driver.py): per shape and pass, every implementation "
-            f"resident and called twice untimed, then turns of {SLICE_SECONDS * 1e3:g} ms slices "
-            f"in a rotating order until each has {TIMED_SECONDS:g} s of timed calls "
+            f"resident and called twice untimed, then turns in a rotating order, each giving every "
+            f"implementation {SLICE_SECONDS * 1e3:g} ms of credit for calls, until each has {TIMED_SECONDS:g} s of timed calls "
             f"({POWER_TIMED_SECONDS:g} s for calls of {POWER_CALL_MS:g} ms or more) and "
             f"{MIN_CALLS} calls (at most {MAX_TIMED_SECONDS:g} s or {MAX_CALLS} calls; calls of "
             f"{LONG_CALL_MS:g} ms or more: {LONG_MIN_CALLS} calls, at most "
-            f"{LONG_MAX_TIMED_SECONDS:g} s); "
+            f"{LONG_MAX_TIMED_SECONDS:g} s; the window the group's longest); "
             f"host-bound calls behind a GPU sleep; implementations beyond "
             f"{HEAVY_BYTES >> 30} GiB of workspace alone; median over calls")
 

@@ -184,8 +184,7 @@ class DeterministicRows(unittest.TestCase):
 
 
 class CompareRuns(unittest.TestCase):
-    def compare(self, second_stage_ms):
-        shape = (1, 8, 4096, 8192, 128, False)
+    def compare(self, second_stage_ms, shape=(1, 8, 4096, 8192, 128, False)):
         with tempfile.TemporaryDirectory() as folder:
             runs = []
             for name, stage_ms in (("first", 0.20), ("second", second_stage_ms)):
@@ -211,6 +210,39 @@ class CompareRuns(unittest.TestCase):
 
     def test_a_ratio_beyond_the_tolerance_fails(self):
         self.assertEqual(self.compare(0.21), 1)
+
+    def test_a_shape_no_page_quotes_is_listed_but_does_not_fail(self):
+        self.assertEqual(self.compare(0.21, shape=(3, 5, 333, 777, 64, True)), 0)
+
+
+class Quoted(unittest.TestCase):
+    """compare_runs.py reads the quoted (shape, pass) pairs from the pages' markers."""
+
+    SWEEPS = {"bf16-headline": [(1, 8, 4096, 8192, 128, 0)],
+              "fp32-headline": [(8, 12, 4096, 4096, 64, 0)],
+              "seqlen": [(4, 8, 256, 256, 64, 0), (4, 8, 256, 256, 64, 1)]}
+
+    def quoted(self, page):
+        return compare_runs.quoted([page], self.SWEEPS)
+
+    def test_a_value_quotes_its_shape_and_pass(self):
+        page = "x <!-- value:12_persistent 1x32x4096x4096x128x0 fwd speedup=torch_cudnn/bf16 " \
+               "-->1.0<!-- /value --> and <!-- value:ceiling bf16_gemm -->1<!-- /value -->"
+        self.assertEqual(self.quoted(page), {((1, 32, 4096, 4096, 128, 0), "fwd")})
+
+    def test_a_one_shape_value_names_its_sweep(self):
+        page = "<!-- value:10_pingpong bf16-headline bwd tflops -->1<!-- /value -->"
+        self.assertEqual(self.quoted(page), {((1, 8, 4096, 8192, 128, 0), "bwd")})
+
+    def test_a_sweep_table_quotes_its_pass_and_filtered_shapes(self):
+        page = "<!-- results:seqlen pass=bwd causal=1 -->\n|t|\n<!-- /results:seqlen -->"
+        self.assertEqual(self.quoted(page), {((4, 8, 256, 256, 64, 1), "bwd")})
+        page = "<!-- results:seqlen stages=a,b -->\n|t|\n<!-- /results:seqlen -->"
+        self.assertEqual({p for _, p in self.quoted(page)}, {"fwd"})
+
+    def test_a_stage_table_quotes_both_headlines_both_passes(self):
+        page = "<!-- results:10_pingpong -->\n|t|\n<!-- /results:10_pingpong -->"
+        self.assertEqual(len(self.quoted(page)), 4)
 
 
 class RunGpu(unittest.TestCase):
@@ -315,6 +347,37 @@ class TimedWindow(unittest.TestCase):
         self.assertLess(calls, driver.MIN_CALLS)
         self.assertFalse(self.resident(22.0, calls - 1).done())
         self.assertTrue(self.resident(22.0, calls).done())
+
+    def credit_turns(self, call_ms, turns):
+        resident = self.resident(call_ms, 10)
+        return [resident.take_credit() for _ in range(turns)]
+
+    def test_the_credit_gives_every_member_about_a_slice_a_turn(self):
+        slice_ms = driver.SLICE_SECONDS * 1e3
+        for call_ms in (0.9, 2.3, 4.6, 5.1, 9.2, 20.5):
+            calls = self.credit_turns(call_ms, 100)
+            issued = sum(calls) * call_ms
+            # over 100 turns, within one call of 100 slices
+            self.assertLessEqual(abs(issued - 100 * slice_ms), call_ms, call_ms)
+        # 4.6 and 5.1 ms: one call a turn each (the old slice gave the first two, the second one)
+        self.assertEqual(self.credit_turns(4.6, 10)[:5], [1] * 5)  # then two, once in a while
+        self.assertEqual(self.credit_turns(5.1, 10), [1] * 10)
+        self.assertEqual(set(self.credit_turns(9.2, 10)), {0, 1})
+
+    def test_the_credit_of_short_and_long_calls(self):
+        cap = math.ceil(driver.MAX_CALLS * driver.SLICE_SECONDS / driver.TIMED_SECONDS)
+        self.assertEqual(self.credit_turns(0.01, 3), [cap] * 3)  # the surplus is not carried
+        self.assertEqual(self.credit_turns(driver.LONG_CALL_MS * 2, 3), [1] * 3)
+
+    def test_one_window_for_the_group(self):
+        below, above = self.resident(1.8, 100), self.resident(3.0, 100)
+        window = driver.group_window([below, above, self.resident(driver.LONG_CALL_MS, 1)])
+        self.assertEqual(window, driver.POWER_TIMED_SECONDS)
+        self.assertTrue(below.done())  # 0.18 s of 1.8 ms calls: its own window is full
+        below.group_window = window
+        self.assertFalse(below.done())
+        below.times = [1.8] * math.ceil(driver.POWER_TIMED_SECONDS * 1e3 / 1.8)
+        self.assertTrue(below.done())
 
     def test_long_calls_stop_sooner(self):
         long_ms = driver.LONG_CALL_MS

@@ -84,6 +84,9 @@ def check(kernels, exempt_head_dims=()):
         tiling = re.search(r"TilingI((?:Li\d+E)+)", name)
         values = re.findall(r"Li(\d+)E", tiling.group(1)) if tiling else []
         label = f"Tiling<{', '.join(values)}>" if tiling else name[:80]
+        flag = re.search(r"TilingI(?:Li\d+E)+EELb([01])E", name)  # stage 12's ONE_TILE
+        if flag:
+            label += ", one tile" if flag.group(1) == "1" else ", persistent"
         looped = loop_exponentials(code)
         under = looped & in_windows(code)
         everything = sum(text.startswith("MUFU.EX2") for _, text in code)

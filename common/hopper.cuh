@@ -2,7 +2,8 @@
 // mbarriers it completes on, warpgroup MMA (wgmma) with its shared-memory matrix descriptors,
 // register reallocation (setmaxnreg) and named barriers. Chapter 08 introduces each one; 09 and
 // 10 add the producer/consumer pieces; stage 11's deterministic mode adds acquire and release
-// between blocks and the global-memory proxy fence (lab notes 11). Every function here needs
+// between blocks and the global-memory proxy fence (lab notes 11), and its small kernels the
+// programmatic dependent launch. Every function here needs
 // sm_90a: the Hopper stages build their attention.cu for that target alone (HOPPER := 1 in
 // their Makefile).
 #pragma once
@@ -48,6 +49,19 @@ __device__ __forceinline__ bool mbarrier_try_wait(uint64_t* barrier, uint32_t pa
 __device__ __forceinline__ void mbarrier_wait(uint64_t* barrier, uint32_t parity) {
     while (!mbarrier_try_wait(barrier, parity)) {
     }
+}
+
+// ---- Programmatic dependent launch -------------------------------------------------------
+// A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the
+// kernel before it in the stream still runs, once every block of that one has called
+// allow_dependent_launch (or exited). Its threads must then call wait_for_prior_grid before they
+// touch anything the kernel before wrote: it returns once that grid has completed and its
+// memory operations are visible.
+__device__ __forceinline__ void allow_dependent_launch() {
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void wait_for_prior_grid() {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
 
 // ---- TMA: the bulk tensor copy engine ------------------------------------------------------

@@ -85,6 +85,15 @@ class CheckSass(unittest.TestCase):
         d128 = check_sass.functions(listing(*moved))
         self.assertTrue(check_sass.check(d128, exempt_head_dims=[64])[1])
 
+    def test_stage_12s_two_instances_of_a_tiling_are_told_apart(self):
+        body = ("HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ", WAIT_ONE, "MUFU.EX2 R3, R3", WAIT_ZERO,
+                "@P0 BRA 0x0", "EXIT")
+        labels = []
+        for flag in ("0", "1"):
+            sass = listing(*body).replace("Li176ELi2EEEEEvv", f"Li176ELi2EEELb{flag}EEEvv")
+            labels.append(check_sass.check(check_sass.functions(sass))[0][0].split(":")[0])
+        self.assertEqual(labels, ["Tiling<128, 2, 176, 2>, persistent", "Tiling<128, 2, 176, 2>, one tile"])
+
 
 if __name__ == "__main__":
     unittest.main()

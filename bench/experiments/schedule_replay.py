@@ -5,8 +5,8 @@ leaves them out), every member's call is taken to last its row's median_ms, and 
 played by a rule until every member is done by the driver's own Resident.done() constants.
 
 Rules:
-  now        the driver's: a member takes ceil(SLICE_SECONDS / call) calls a turn and stops when
-             its own window is full;
+  now        the driver's rule until efa132a (5 ms slices): a member takes
+             ceil(SLICE_SECONDS / call) calls a turn and stops when its own window is full;
   equal      every member takes about the same time a turn: round(T / call) calls, T the longest
              call of the group below LONG_CALL_MS (at least SLICE_SECONDS); each stops when full;
   equal+keep as equal, and a member that is done keeps its turns until the last is done (calls of
@@ -17,7 +17,11 @@ Rules:
              call's surplus up to one slice);
   credit+window  as credit, with one window for the group: the longest of its members' windows
              (a member of calls under POWER_CALL_MS fills POWER_TIMED_SECONDS when another fills
-             it), so that members on either side of POWER_CALL_MS stop together.
+             it), so that members on either side of POWER_CALL_MS stop together: the driver's
+             rule since efa132a;
+  credit+calls   as credit+window, the group's window also long enough for every member's
+             MIN_CALLS calls (at most MAX_TIMED_SECONDS), so that a member of long calls does
+             not go on alone after the others have their window.
 
 It prints the seconds of timed calls each rule spends over the whole run (the run's length is
 that plus issue, sleeps and set-up), how finely each rule interleaves (over the BF16 groups, the
@@ -61,11 +65,17 @@ def replay(calls_ms, rule, stats=None):
     credit, turns_with_calls, block = [0.0] * n, [0] * n, [0.0] * n
     group_window = max(rule_of(t)[3] for t in calls_ms if t < D.LONG_CALL_MS) if any(
         t < D.LONG_CALL_MS for t in calls_ms) else D.TIMED_SECONDS
+    # credit+calls: the group's window also covers each member's MIN_CALLS calls (up to
+    # MAX_TIMED_SECONDS), so that a member of long calls does not run on alone for its count.
+    calls_window = max([min(max(rule_of(t)[3], D.MIN_CALLS * t / 1e3), D.MAX_TIMED_SECONDS)
+                        for t in calls_ms if t < D.LONG_CALL_MS] or [D.TIMED_SECONDS])
 
     def done(i):
         long_call, min_calls, max_seconds, window = rule_of(calls_ms[i])
         if rule == "credit+window" and not long_call:
             window = group_window
+        if rule == "credit+calls" and not long_call:
+            window = calls_window
         return (count[i] >= D.MAX_CALLS or timed[i] >= max_seconds * 1e3
                 or (timed[i] >= window * 1e3 and count[i] >= min_calls))
 
@@ -122,7 +132,7 @@ def main():
                         row["causal"], step])
         groups[(row["dtype"], key)].append((row["stage"] + ("/" + row["pass"] if row["pass"] == "bwd_det" else ""),
                                             float(row["median_ms"])))
-    rules = ["now", "equal", "equal+keep", "credit", "credit+window"]
+    rules = ["now", "equal", "equal+keep", "credit", "credit+window", "credit+calls"]
     print(f"replay of {arguments.results}: {len(groups)} groups (heavy implementations left out)")
     for rule in rules:
         total = sum(replay([t for _, t in members], rule)[0] for members in groups.values())
