@@ -216,14 +216,14 @@ class CompareRuns(unittest.TestCase):
 
 
 class Quoted(unittest.TestCase):
-    """compare_runs.py reads the quoted (shape, pass) pairs from the pages' markers."""
+    """compare_runs.py's quoted (shape, pass) pairs, read from the pages' markers by tables.py."""
 
     SWEEPS = {"bf16-headline": [(1, 8, 4096, 8192, 128, 0)],
               "fp32-headline": [(8, 12, 4096, 4096, 64, 0)],
               "seqlen": [(4, 8, 256, 256, 64, 0), (4, 8, 256, 256, 64, 1)]}
 
     def quoted(self, page):
-        return compare_runs.quoted([page], self.SWEEPS)
+        return tables.quoted_shapes([page], self.SWEEPS)
 
     def test_a_value_quotes_its_shape_and_pass(self):
         page = "x <!-- value:12_persistent 1x32x4096x4096x128x0 fwd speedup=torch_cudnn/bf16 " \
