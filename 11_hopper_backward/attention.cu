@@ -1643,7 +1643,8 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     constexpr int PREPROCESS_ROWS = PREPROCESS_THREADS / (HEAD_DIM / 8);  // rows per block and pass
     const int preprocess_blocks =
         int(std::min<int64_t>((padded_rows + PREPROCESS_ROWS - 1) / PREPROCESS_ROWS, 65536));
-    static_assert(sizeof(float4) == 16, "the zeroed region is whole 256-byte pieces");
+    // The zeroed part starts and ends on 256-byte boundaries (BackwardWorkspace's bytes()), so
+    // it is whole float4s.
     backward_preprocess_kernel<HEAD_DIM><<<preprocess_blocks, PREPROCESS_THREADS, 0, stream>>>(
         o, dout, lse, delta, lse_log2, shape.len_q, q_tiles * Config::BLOCK_Q, padded_rows,
         reinterpret_cast<float4*>(ds_rowsum), int64_t(layout.total - layout.rowsum_offset) / 16);
