@@ -99,7 +99,10 @@ inline bool rotate_dq_chains(int kv_tiles, int q_tiles, bool causal, int64_t res
 // waited on to completion, the release), at most MAX_CHAINS: each chain beyond the first is an
 // accumulator more to zero and to read in the conversion. With LINK_STEPS = 2: two chains where
 // one would give a single step (rotated with fewer than two query tiles per key block, causal at
-// D = 64), one where it gives two already, or for a single key block.
+// D = 64), one where it gives two already, or for a single key block. Measured on the H100,
+// LINK_STEPS = 3 and 4 (three or four chains at the headline and at D = 64, two causal at
+// D = 128) were 2-6% slower than 2: an accumulator more costs more than the longer link saves
+// (lab notes 11, docs/profiles/11_hopper_backward/det-chains-h100.txt).
 // A function of the shape alone (the workspace holds the chains' accumulators), not of `rotate`:
 // unrotated, fewer than two query tiles per key block counts as one step too.
 constexpr int LINK_STEPS = 2, MAX_CHAINS = 4;
