@@ -22,10 +22,10 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schema import STAGES  # noqa: E402
+from schema import RATIO_BASELINES, STAGES  # noqa: E402
 from tables import markdown_files, quoted_shapes, read_results, read_sweeps  # noqa: E402
 
-BASELINES = ["torch_cudnn", "torch_flash"]
+BASELINES = RATIO_BASELINES
 
 
 def results_path(path):
