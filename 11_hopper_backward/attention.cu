@@ -551,11 +551,14 @@ struct DeterministicSums {
     uint32_t* dq_semaphores;  // [head][query tile][consumer]: how many key blocks have added
     float* second_rowsum;     // consumer 1's dS row sums (consumer 0's go to ds_rowsum)
     float* key_partials;      // [head][key block][consumer][HEAD_DIM]: K column sums
-    // Chain 1 (DqOrder::chains = 2): its semaphores, its dQ accumulator and its consumers' dS
-    // row sums, laid out as chain 0's.
-    uint32_t* chain_semaphores;
+    // Chains 1 .. chains - 1 (DqOrder::chains): chain c's semaphores follow chain 0's, c whole
+    // arrays on (semaphores_per_chain each); its dQ accumulator is chain_dq + (c - 1) dq_floats;
+    // its consumers' dS row sums chain_rowsum + (2 (c - 1) + consumer) rows (rows: padded rows).
     float* chain_dq;
-    float* chain_rowsum[2];
+    float* chain_rowsum;
+    int64_t semaphores_per_chain;
+    int64_t dq_floats;
+    int64_t rows;
     bool rotate;              // DqOrder::rotate: every block of a head fits on the GPU at once
     int chains = 1;           // DqOrder::chains (1 in the default mode too, where nothing reads it)
 };
@@ -682,13 +685,15 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
 // bulk reduce-add. This kernel puts the rows back in order, scales and rounds them, and
 // subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
 // inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
-// row_tiles of them per head.
-template <int HEAD_DIM>
+// row_tiles of them per head. CHAINS (the deterministic mode): dQ is chain 0's accumulator plus
+// each of the extra_chains others' (chain_dq, float4s float4s apart), in that order.
+template <int HEAD_DIM, bool CHAINS>
 __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumulator,
                                            const float* __restrict__ ds_rowsum,
                                            const float* __restrict__ key_sum,
                                            bf16* __restrict__ dQ, int64_t float4s, int len_q,
-                                           int row_tiles, float inverse_len_kv, float scale) {
+                                           int row_tiles, float inverse_len_kv, float scale,
+                                           const float* __restrict__ chain_dq, int extra_chains) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
     wait_for_prior_grid();  // launched while the main kernel's last blocks still run
     for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
@@ -702,7 +707,12 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
         const int64_t head = tile / row_tiles;
         const int row = int(tile % row_tiles) * 64 + warp * 16 + lane / 4;
         const int column = part * 64 + i * 8 + 2 * (lane % 4);
-        const float4 value = reinterpret_cast<const float4*>(dq_accumulator)[f];
+        float4 value = reinterpret_cast<const float4*>(dq_accumulator)[f];
+        if constexpr (CHAINS)
+            for (int chain = 0; chain < extra_chains; ++chain) {
+                const float4 add = reinterpret_cast<const float4*>(chain_dq)[chain * float4s + f];
+                value.x += add.x, value.y += add.y, value.z += add.z, value.w += add.w;
+            }
         const float mean0 = key_sum[head * HEAD_DIM + column] * inverse_len_kv;
         const float mean1 = key_sum[head * HEAD_DIM + column + 1] * inverse_len_kv;
         const float* rowsum = ds_rowsum + head * row_tiles * 64;
@@ -718,9 +728,10 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
 }
 
 // Deterministic mode, between the backward kernel and the conversion: consumer 1's dS row sums
-// added to consumer 0's (with two chains, then chain 1's two, and chain 1's dQ to chain 0's), and
-// each head's K column sums from its blocks' partial sums, key block after key block (the default
-// kernel adds all of these in device memory as it goes, in any order).
+// added to consumer 0's (then, with more chains, chain 1's two, chain 2's, ...), and each head's
+// K column sums from its blocks' partial sums, key block after key block (the default kernel
+// adds all of these in device memory as it goes, in any order). The chains' dQ accumulators are
+// added in the conversion, which reads them anyway.
 constexpr int FOLD_THREADS = 256;
 
 template <int HEAD_DIM>
@@ -728,21 +739,14 @@ __global__ void __launch_bounds__(FOLD_THREADS)
 backward_fold_sums_kernel(float* __restrict__ ds_rowsum, const float* __restrict__ second_rowsum,
                           int64_t padded_rows, float* __restrict__ key_sum,
                           const float* __restrict__ key_partials, int64_t batch_heads,
-                          int partials_per_head, float* __restrict__ dq_accumulator,
-                          const DeterministicSums sums) {
+                          int partials_per_head, const DeterministicSums sums) {
     const int64_t stride = int64_t(gridDim.x) * FOLD_THREADS;
     const int64_t first = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x;
-    if (sums.chains == 2) {  // chain 0's sums, then chain 1's
-        for (int64_t row = first; row < padded_rows; row += stride)
-            ds_rowsum[row] = ds_rowsum[row] + second_rowsum[row] + sums.chain_rowsum[0][row] + sums.chain_rowsum[1][row];
-        for (int64_t i = first; i < padded_rows * HEAD_DIM / 4; i += stride) {
-            float4 sum = reinterpret_cast<float4*>(dq_accumulator)[i];
-            const float4 chain = reinterpret_cast<const float4*>(sums.chain_dq)[i];
-            sum.x += chain.x, sum.y += chain.y, sum.z += chain.z, sum.w += chain.w;
-            reinterpret_cast<float4*>(dq_accumulator)[i] = sum;
-        }
-    } else {
-        for (int64_t row = first; row < padded_rows; row += stride) ds_rowsum[row] += second_rowsum[row];
+    for (int64_t row = first; row < padded_rows; row += stride) {
+        float sum = ds_rowsum[row] + second_rowsum[row];  // chain 0's, then chain 1's, ...
+        for (int row_sums = 0; row_sums < 2 * (sums.chains - 1); ++row_sums)
+            sum += sums.chain_rowsum[row_sums * sums.rows + row];
+        ds_rowsum[row] = sum;
     }
     for (int64_t i = first; i < batch_heads * HEAD_DIM; i += stride) {
         const int64_t head = i / HEAD_DIM;
@@ -1507,12 +1511,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         if constexpr (Config::DETERMINISTIC) {  // lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer
             const int consumer = int(threadIdx.x) / 32 - 1;
             if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
-                const bool chain_1 = order.chain_of(block.kv_block) == 1;
+                const int chain = order.chain_of(block.kv_block);
                 write_dq_in_order<Config>(
-                    block, consumer, chain_1 ? sums.chain_dq : dq_accumulator,
-                    consumer == 0 ? (chain_1 ? sums.chain_rowsum[0] : ds_rowsum)
-                                  : (chain_1 ? sums.chain_rowsum[1] : sums.second_rowsum),
-                    chain_1 ? sums.chain_semaphores : sums.dq_semaphores);
+                    block, consumer, chain > 0 ? sums.chain_dq + (chain - 1) * sums.dq_floats : dq_accumulator,
+                    chain > 0 ? sums.chain_rowsum + (2 * (chain - 1) + consumer) * sums.rows
+                              : (consumer == 0 ? ds_rowsum : sums.second_rowsum),
+                    sums.dq_semaphores + chain * sums.semaphores_per_chain);
             }
         }
         return;
@@ -1571,8 +1575,8 @@ struct BackwardWorkspace {
         if (deterministic)
             chains = dq_chain_count(int(kv_tiles), int(q_tiles), shape.causal, int(block_kv / block_q));
         chain_dq_offset = second_rowsum_offset + (deterministic ? bytes(padded_rows) : 0);
-        chain_rowsum_offset = chain_dq_offset + (chains == 2 ? bytes(padded_rows * size_t(shape.head_dim)) : 0);
-        semaphore_offset = chain_rowsum_offset + (chains == 2 ? 2 * bytes(padded_rows) : 0);
+        chain_rowsum_offset = chain_dq_offset + size_t(chains - 1) * bytes(padded_rows * size_t(shape.head_dim));
+        semaphore_offset = chain_rowsum_offset + size_t(chains - 1) * 2 * bytes(padded_rows);
         semaphores = deterministic ? size_t(chains) * heads * q_tiles * consumers + 1 : 0;
         static_assert(sizeof(uint32_t) == sizeof(float), "the semaphores counted in floats' bytes");
         total = semaphore_offset + (deterministic ? bytes(semaphores) : 0);
@@ -1632,11 +1636,12 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
         sums.block_counter = semaphores + (layout.semaphores - 1);
         sums.second_rowsum = reinterpret_cast<float*>(scratch + layout.second_rowsum_offset);
         sums.chains = layout.chains;
-        if (layout.chains == 2) {
-            sums.chain_semaphores = semaphores + (layout.semaphores - 1) / 2;
+        sums.semaphores_per_chain = int64_t(layout.semaphores - 1) / layout.chains;
+        sums.rows = padded_rows;                  // padded_rows floats: whole 256 bytes
+        sums.dq_floats = padded_rows * HEAD_DIM;  // the same
+        if (layout.chains > 1) {
             sums.chain_dq = reinterpret_cast<float*>(scratch + layout.chain_dq_offset);
-            sums.chain_rowsum[0] = reinterpret_cast<float*>(scratch + layout.chain_rowsum_offset);
-            sums.chain_rowsum[1] = sums.chain_rowsum[0] + padded_rows;  // padded_rows floats: whole 256 bytes
+            sums.chain_rowsum = reinterpret_cast<float*>(scratch + layout.chain_rowsum_offset);
         }
         sums.key_partials = reinterpret_cast<float*>(scratch + layout.key_partials_offset);
     }
@@ -1644,7 +1649,8 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     constexpr int PREPROCESS_ROWS = PREPROCESS_THREADS / (HEAD_DIM / 8);  // rows per block and pass
     const int preprocess_blocks =
         int(std::min<int64_t>((padded_rows + PREPROCESS_ROWS - 1) / PREPROCESS_ROWS, 65536));
-    static_assert(sizeof(float4) == 16, "the zeroed region is whole 256-byte pieces");
+    // The zeroed part starts and ends on 256-byte boundaries (BackwardWorkspace's bytes()), so
+    // it is whole float4s.
     backward_preprocess_kernel<HEAD_DIM><<<preprocess_blocks, PREPROCESS_THREADS, 0, stream>>>(
         o, dout, lse, delta, lse_log2, shape.len_q, q_tiles * Config::BLOCK_Q, padded_rows,
         reinterpret_cast<float4*>(ds_rowsum), int64_t(layout.total - layout.rowsum_offset) / 16);
@@ -1678,12 +1684,11 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                   q_tiles, shape.softmax_scale(), shape.causal, sums));
 
     if (DETERMINISTIC) {
-        const int64_t items = std::max({padded_rows, int64_t(batch_heads) * HEAD_DIM,
-                                        layout.chains == 2 ? padded_rows * HEAD_DIM / 4 : int64_t(0)});
+        const int64_t items = std::max(padded_rows, int64_t(batch_heads) * HEAD_DIM);
         const int fold_blocks = int(std::min<int64_t>((items + FOLD_THREADS - 1) / FOLD_THREADS, 65536));
         backward_fold_sums_kernel<HEAD_DIM><<<fold_blocks, FOLD_THREADS, 0, stream>>>(
             ds_rowsum, sums.second_rowsum, padded_rows, key_sum, sums.key_partials, batch_heads,
-            kv_tiles * Config::CONSUMERS, dq_accumulator, sums);
+            kv_tiles * Config::CONSUMERS, sums);
         CUDA_CHECK_LAUNCH();
     }
 
@@ -1693,11 +1698,12 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const int64_t float4s = padded_rows * HEAD_DIM / 4;
     const int convert_blocks = int(std::min<int64_t>((float4s + 255) / 256, 65536));
     const ProgrammaticLaunch convert_launch(unsigned(convert_blocks), 256, 0, stream);
-    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, backward_convert_dq_kernel<HEAD_DIM>, static_cast<const float*>(dq_accumulator),
-                                  static_cast<const float*>(ds_rowsum),
-                                  static_cast<const float*>(key_centre ? key_centre : key_sum), dq,
-                                  float4s, shape.len_q, q_tiles * Config::Q_SLABS,
-                                  key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale()));
+    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC>,
+                                  static_cast<const float*>(dq_accumulator), static_cast<const float*>(ds_rowsum),
+                                  static_cast<const float*>(key_centre ? key_centre : key_sum), dq, float4s,
+                                  shape.len_q, q_tiles * Config::Q_SLABS,
+                                  key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale(),
+                                  static_cast<const float*>(sums.chain_dq), layout.chains - 1));
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ struct DqOrder {
     int blocks_per_q_tile = 1;  // BLOCK_KV / BLOCK_Q: 1 at D = 64, 2 at D = 128
     bool causal = false;
     bool rotate = false;        // non-causal only, and kv_tiles <= q_tiles
-    int chains = 1;             // 1 or 2: block b adds into chain b % chains
+    int chains = 1;             // 1 to MAX_CHAINS: block b adds into chain b % chains
 
     // The first query tile that sees any of block b's keys (causal), or 0.
     DQ_ORDER_FN int first_tile(int b) const {
@@ -94,15 +94,23 @@ inline bool rotate_dq_chains(int kv_tiles, int q_tiles, bool causal, int64_t res
     return !causal && kv_tiles > 1 && kv_tiles <= q_tiles && int64_t(kv_tiles) <= resident_blocks;
 }
 
-// And of DqOrder::chains: two where one chain would have its blocks reach a tile less than two
-// steps apart (rotated with fewer than two query tiles per key block, causal at D = 64), one
-// where it has two steps already, or a single key block.
-// A function of the shape alone (the workspace holds the second chain's accumulators), not of
-// `rotate`: unrotated, fewer than two query tiles per key block gives two chains too.
+// And of DqOrder::chains: enough that a block's predecessor in its chain reached the tile at
+// least LINK_STEPS steps of the walk before it (time for a link: the writer's acquire, the add
+// waited on to completion, the release), at most MAX_CHAINS: each chain beyond the first is an
+// accumulator more to zero and to read in the conversion. With LINK_STEPS = 2: two chains where
+// one would give a single step (rotated with fewer than two query tiles per key block, causal at
+// D = 64), one where it gives two already, or for a single key block. Measured on the H100,
+// LINK_STEPS = 3 and 4 (three or four chains at the headline and at D = 64, two causal at
+// D = 128) were 2-6% slower than 2: an accumulator more costs more than the longer link saves
+// (lab notes 11, docs/profiles/11_hopper_backward/det-chains-h100.txt).
+// A function of the shape alone (the workspace holds the chains' accumulators), not of `rotate`:
+// unrotated, fewer than two query tiles per key block counts as one step too.
+constexpr int LINK_STEPS = 2, MAX_CHAINS = 4;
 inline int dq_chain_count(int kv_tiles, int q_tiles, bool causal, int blocks_per_q_tile) {
     if (kv_tiles < 2) return 1;
-    if (causal) return blocks_per_q_tile >= 2 ? 1 : 2;
-    return int64_t(q_tiles) >= 2 * int64_t(kv_tiles) ? 1 : 2;
+    const int steps = causal ? blocks_per_q_tile : (q_tiles / kv_tiles > 1 ? q_tiles / kv_tiles : 1);
+    const int chains = (LINK_STEPS + steps - 1) / steps;
+    return chains < MAX_CHAINS ? chains : MAX_CHAINS;
 }
 
 #undef DQ_ORDER_FN

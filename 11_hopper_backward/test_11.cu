@@ -59,9 +59,9 @@ void check_order(const DqOrder& order) {
             CHECK(before.step <= chain[i].step);
             if (order.rotate) {
                 CHECK(before.step < chain[i].step);
-                // Two chains: two steps apart, but where the rotation passes the last block of
-                // an odd count (once per tile).
-                if (order.chains == 2 && order.kv_tiles % 2 == 0) CHECK(chain[i].step - before.step >= 2);
+                // c chains: c steps apart at least, but where the rotation passes the last block
+                // of a count that c does not divide (once per tile).
+                if (order.kv_tiles % order.chains == 0) CHECK(chain[i].step - before.step >= order.chains);
             } else if (order.causal) {
                 CHECK(claim_of_block[size_t(before.block)] < claim_of_block[size_t(chain[i].block)]);
                 CHECK(chain[i].step - before.step >= order.chains * order.blocks_per_q_tile);
@@ -77,7 +77,7 @@ TEST_CASE("11: the order of the dQ chains: each tile's blocks take turns 0 .. n 
     for (int blocks_per_q_tile : {1, 2})
         for (int kv_tiles : {1, 2, 3, 7, 8, 64, 133})
             for (int q_tiles : {1, 2, 5, 8, 9, 64, 65, 127, 128, 300})
-                for (int chains : {1, 2}) {
+                for (int chains : {1, 2, 3, 4}) {
                     check_order(DqOrder{kv_tiles, q_tiles, blocks_per_q_tile, /*causal=*/true, false, chains});
                     check_order(DqOrder{kv_tiles, q_tiles, blocks_per_q_tile, /*causal=*/false, false, chains});
                     if (kv_tiles <= q_tiles)  // the launcher rotates only then

@@ -22,11 +22,10 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from schema import STAGES  # noqa: E402
-from tables import (HEADLINES, MARKER, VALUE, markdown_files, parse_options,  # noqa: E402
-                    parse_shape, read_results, read_sweeps)
+from schema import RATIO_BASELINES, STAGES  # noqa: E402
+from tables import markdown_files, quoted_shapes, read_results, read_sweeps  # noqa: E402
 
-BASELINES = ["torch_cudnn", "torch_flash"]
+BASELINES = RATIO_BASELINES
 
 
 def results_path(path):
@@ -70,37 +69,12 @@ def same_gpu_line(first, second):
     return "GPU: DIFFERENT (first " + ", ".join(a) + "; second " + ", ".join(b) + ")"
 
 
-def quoted(pages, sweeps):
-    """{(shape, pass)} that the pages (markdown texts) quote through bench/tables.py's markers."""
-    found = set()
-    for text in pages:
-        for marker in MARKER.finditer(text):
-            name, options = marker["name"], parse_options(marker["options"])
-            if name.startswith("stage:") or name[:2].isdigit():
-                shapes = [shape for headline in HEADLINES for shape in sweeps.get(headline, [])]
-                passes = ["fwd", "bwd"]
-            elif name in sweeps:
-                shapes = sweeps[name]
-                if "causal" in options:
-                    shapes = [shape for shape in shapes if shape[5] == int(options["causal"])]
-                passes = [options["pass"]] if "pass" in options else \
-                    (["fwd", "bwd"] if len(shapes) == 1 else ["fwd"])
-            else:
-                continue  # ceilings, sdpa-fp32: no BF16 stage against a baseline
-            found |= {(shape, pass_name) for shape in shapes for pass_name in passes}
-        for value in VALUE.finditer(text):
-            words = value["spec"].split()
-            if len(words) == 4:
-                found.add((parse_shape(words[1], sweeps), words[2]))
-    return found
-
-
 def quoted_in_the_course():
     pages = []
     for path in markdown_files():
         with open(path) as page:
             pages.append(page.read())
-    return quoted(pages, read_sweeps())
+    return quoted_shapes(pages, read_sweeps())
 
 
 def ratios(rows):

@@ -19,7 +19,9 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
     MIN_CALLS calls (or MAX_TIMED_SECONDS, or MAX_CALLS; a call of LONG_CALL_MS or more stops at
     LONG_MIN_CALLS calls or LONG_MAX_TIMED_SECONDS), where the window is the group's: the
     longest window of its members of calls below LONG_CALL_MS, so that members on either side of
-    POWER_CALL_MS stop together.
+    POWER_CALL_MS stop together; the members the course's ratios compare (the stages, cuDNN and
+    FlashAttention-2: compared_in_ratios) also wait for every one of them to have MIN_CALLS
+    calls, so that none goes on alone, at another clock, for its count.
     An H100 under load swings its clock by several percent every 100-200 ms: slices much
     shorter than that, spread over seconds, give every implementation the same mix of fast and
     slow moments, so a ratio of two of them does not depend on which moments each one got;
@@ -74,7 +76,7 @@ sys.path.insert(0, os.path.join(REPO, "common"))
 import baselines  # noqa: E402
 import stage_abi  # noqa: E402
 from schema import (BACKWARD_PASSES, CSV_COLUMNS, CSV_EXTRA_COLUMNS, FLOP_CONVENTION,  # noqa: E402
-                    SOL_CEILING, read_sweeps)
+                    RATIO_BASELINES, SOL_CEILING, STAGES, read_sweeps)
 
 TIMED_SECONDS = 0.15      # timed calls per implementation, shape and pass, and
 POWER_CALL_MS = 2.0       # from calls this long on (where an H100 runs at its power limit and
@@ -379,6 +381,11 @@ class Resident:
         typical_ms = self.typical_ms()
         return POWER_TIMED_SECONDS if POWER_CALL_MS <= typical_ms < LONG_CALL_MS else TIMED_SECONDS
 
+    def calls_window(self):
+        """The seconds this member needs for its window and its MIN_CALLS calls both (at most
+        MAX_TIMED_SECONDS)."""
+        return min(max(self.own_window(), MIN_CALLS * self.typical_ms() / 1e3), MAX_TIMED_SECONDS)
+
     def take_credit(self):
         """This turn's calls: SLICE_SECONDS more credit, and the calls it covers (none when a
         call is much longer than the credit, one at least for a call of LONG_CALL_MS or more),
@@ -516,10 +523,22 @@ def guarded(torch, impl):
             raise Skip(baselines.refusal_reason(caught) or baselines.first_line(error))
 
 
-def group_window(residents):
-    """The group's window: the longest of its members' own, among calls below LONG_CALL_MS."""
-    windows = [r.own_window() for r in residents if r.typical_ms() < LONG_CALL_MS]
-    return max(windows) if windows else None
+def compared_in_ratios(implementation):
+    """Whether the course's ratios compare this implementation: a stage, cuDNN or FlashAttention-2."""
+    return implementation in STAGES or implementation in RATIO_BASELINES
+
+
+def group_windows(residents):
+    """The group's windows, (for the members the ratios compare, for the others), among calls
+    below LONG_CALL_MS: the others share the longest of their own windows; the compared ones
+    also wait for every compared member's MIN_CALLS calls, so that a member of long calls does
+    not go on alone, at another clock, after the members it is compared with have stopped."""
+    short = [r for r in residents if r.typical_ms() < LONG_CALL_MS]
+    if not short:
+        return None, None
+    plain = max(r.own_window() for r in short)
+    compared = [r.calls_window() for r in short if compared_in_ratios(r.impl.name)]
+    return max([plain] + compared), plain
 
 
 def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
@@ -537,9 +556,10 @@ def time_group(torch, group, shape, state, rotation_bytes, clocks, pool):
                 gc.collect()  # the exception's frames may hold this shape's tensors
         turn, started = 0, time.perf_counter()
         while True:
-            window = group_window(residents)
+            compared_window, plain_window = group_windows(residents)
             for resident in residents:
-                resident.group_window = window
+                resident.group_window = (compared_window if compared_in_ratios(resident.impl.name)
+                                         else plain_window)
             waiting = [r for r in residents if not r.done()]
             if not waiting:
                 break
@@ -648,7 +668,8 @@ def method():
             f"({POWER_TIMED_SECONDS:g} s for calls of {POWER_CALL_MS:g} ms or more) and "
             f"{MIN_CALLS} calls (at most {MAX_TIMED_SECONDS:g} s or {MAX_CALLS} calls; calls of "
             f"{LONG_CALL_MS:g} ms or more: {LONG_MIN_CALLS} calls, at most "
-            f"{LONG_MAX_TIMED_SECONDS:g} s; the window the group's longest); "
+            f"{LONG_MAX_TIMED_SECONDS:g} s; the window the group's longest, for the stages, cuDNN "
+            f"and FlashAttention-2 long enough for all their calls); "
             f"host-bound calls behind a GPU sleep; implementations beyond "
             f"{HEAVY_BYTES >> 30} GiB of workspace alone; median over calls")
 

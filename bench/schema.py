@@ -51,6 +51,10 @@ GEMM_SHAPES = [(8192, 8192, 8192), (8192, 8192, 4096), (16384, 8192, 8192)]
 BASELINES = ["cublas_fp32", "cublas_bf16", "torch_flash", "torch_cudnn", "torch_efficient",
              "torch_math", "torch_eager", "torch_sdpa"]
 
+# The baselines the course's ratios compare the BF16 stages with (bench/compare_runs.py checks
+# them run against run; bench/driver.py times them and the stages over one window per group).
+RATIO_BASELINES = ["torch_cudnn", "torch_flash"]
+
 FLOP_CONVENTION = ("FLOPs follow the FlashAttention convention: forward 4*B*H*Lq*Lk*D (halved "
                    "when causal), backward 2.5x forward; TFLOP/s = FLOPs / median time")
 

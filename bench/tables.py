@@ -325,7 +325,7 @@ class Tables:
     def shape_table(self, shape, implementations, options, baseline=None):
         """One row per (implementation, pass) at one shape."""
         baseline = baseline or options.get("baseline", "00_naive")
-        passes = [options["pass"]] if "pass" in options else ["fwd", "bwd"]
+        passes = shown_passes(options, one_shape=True)
         lines = []
         for pass_name in passes:
             base_rows = [self.find(item, shape, pass_name) for item in implementations
@@ -348,9 +348,8 @@ class Tables:
 
     def sweep_table(self, shapes, options):
         """One row per shape, one column of median ms per implementation."""
-        pass_name = options.get("pass", "fwd")
-        if "causal" in options:
-            shapes = [shape for shape in shapes if shape[5] == int(options["causal"])]
+        pass_name = shown_passes(options, one_shape=False)[0]
+        shapes = shown_shapes(shapes, options)
         implementations = [item for item in self.implementations(options)
                            if any(self.find(item, shape, pass_name) for shape in shapes)]
         lines = []
@@ -389,6 +388,50 @@ class Tables:
                 lines += self.shape_table(shape, implementations, options,
                                           baseline=predecessor or stage) + [""]
         return lines[:-1]
+
+
+def shown_passes(options, one_shape):
+    """The passes a results table shows: pass= if given, else both for a table of one shape and
+    the forward for a sweep's table."""
+    if "pass" in options:
+        return [options["pass"]]
+    return ["fwd", "bwd"] if one_shape else ["fwd"]
+
+
+def shown_shapes(shapes, options):
+    """A sweep table's shapes: causal= keeps the shapes of that mask."""
+    if "causal" not in options:
+        return shapes
+    return [shape for shape in shapes if shape[5] == int(options["causal"])]
+
+
+def table_shapes(name, options, sweeps):
+    """The (shape, pass) pairs the results table NAME with these options shows (render's cases):
+    a stage's table both headlines, a one-shape sweep its shape, a sweep its shown shapes; none
+    for the ceilings and the FP32 SDPA table, which compare no BF16 stage with a baseline."""
+    if name.startswith("stage:") or re.match(r"\d\d_", name):
+        shapes = [shape for headline in HEADLINES for shape in sweeps.get(headline, [])]
+        return {(shape, p) for shape in shapes for p in shown_passes(options, one_shape=True)}
+    if name not in sweeps or name in ("ceilings", "sdpa-fp32"):
+        return set()
+    if len(sweeps[name]) == 1:
+        return {(sweeps[name][0], p) for p in shown_passes(options, one_shape=True)}
+    return {(shape, p) for shape in shown_shapes(sweeps[name], options)
+            for p in shown_passes(options, one_shape=False)}
+
+
+def quoted_shapes(pages, sweeps):
+    """{(shape, pass)} that the pages (markdown texts) quote: every results table's shown shapes
+    and every value marker's shape and pass."""
+    found = set()
+    for text in pages:
+        for marker in MARKER.finditer(text):
+            found |= table_shapes(marker["name"], parse_options(marker["options"]), sweeps)
+        for value in VALUE.finditer(text):
+            words = value["spec"].split()
+            if len(words) == 4:
+                found.add((parse_shape(words[1], sweeps), words[2]))
+    return found
 
 
 def read_excerpts(path):

@@ -8,6 +8,7 @@ import math
 import os
 import sys
 import tempfile
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -216,14 +217,14 @@ class CompareRuns(unittest.TestCase):
 
 
 class Quoted(unittest.TestCase):
-    """compare_runs.py reads the quoted (shape, pass) pairs from the pages' markers."""
+    """compare_runs.py's quoted (shape, pass) pairs, read from the pages' markers by tables.py."""
 
     SWEEPS = {"bf16-headline": [(1, 8, 4096, 8192, 128, 0)],
               "fp32-headline": [(8, 12, 4096, 4096, 64, 0)],
               "seqlen": [(4, 8, 256, 256, 64, 0), (4, 8, 256, 256, 64, 1)]}
 
     def quoted(self, page):
-        return compare_runs.quoted([page], self.SWEEPS)
+        return tables.quoted_shapes([page], self.SWEEPS)
 
     def test_a_value_quotes_its_shape_and_pass(self):
         page = "x <!-- value:12_persistent 1x32x4096x4096x128x0 fwd speedup=torch_cudnn/bf16 " \
@@ -317,8 +318,8 @@ class ShownFile(unittest.TestCase):
 class TimedWindow(unittest.TestCase):
     """When an implementation has been timed enough (Resident.done)."""
 
-    def resident(self, call_ms, calls):
-        resident = driver.Resident(None, {}, None, "fwd")
+    def resident(self, call_ms, calls, name="torch_efficient"):
+        resident = driver.Resident(types.SimpleNamespace(name=name), {}, None, "fwd")
         resident.gpu_ms, resident.times = call_ms, [call_ms] * calls
         return resident
 
@@ -371,13 +372,31 @@ class TimedWindow(unittest.TestCase):
 
     def test_one_window_for_the_group(self):
         below, above = self.resident(1.8, 100), self.resident(3.0, 100)
-        window = driver.group_window([below, above, self.resident(driver.LONG_CALL_MS, 1)])
+        compared, window = driver.group_windows([below, above, self.resident(driver.LONG_CALL_MS, 1)])
         self.assertEqual(window, driver.POWER_TIMED_SECONDS)
+        self.assertEqual(compared, window)  # no member a ratio compares
         self.assertTrue(below.done())  # 0.18 s of 1.8 ms calls: its own window is full
         below.group_window = window
         self.assertFalse(below.done())
         below.times = [1.8] * math.ceil(driver.POWER_TIMED_SECONDS * 1e3 / 1.8)
         self.assertTrue(below.done())
+
+    def test_the_compared_members_wait_for_each_others_calls(self):
+        # 1x32x16384^2 causal backward: stage 07 and FlashAttention-2 at 18 ms a call, stage 11
+        # and cuDNN at 9.5; PyTorch's memory-efficient backend at 20 ms is compared with nothing.
+        members = {name: self.resident(ms, 64, name) for name, ms in
+                   (("07_backward", 18.0), ("torch_flash", 18.0), ("11_hopper_backward", 9.5),
+                    ("torch_cudnn", 9.5), ("torch_efficient", 20.5))}
+        compared, plain = driver.group_windows(list(members.values()))
+        self.assertAlmostEqual(compared, driver.MIN_CALLS * 18.0 / 1e3)  # 60 calls of 18 ms
+        self.assertEqual(plain, driver.POWER_TIMED_SECONDS)
+        for name, resident in members.items():
+            resident.group_window = compared if driver.compared_in_ratios(name) else plain
+        self.assertFalse(members["torch_cudnn"].done())  # 64 calls of 9.5 ms: 0.61 s, not 1.08
+        self.assertTrue(members["07_backward"].done())
+        self.assertTrue(members["torch_efficient"].done())
+        self.assertTrue(driver.compared_in_ratios("12_persistent"))
+        self.assertFalse(driver.compared_in_ratios("cublas_bf16"))
 
     def test_long_calls_stop_sooner(self):
         long_ms = driver.LONG_CALL_MS

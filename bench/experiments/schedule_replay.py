@@ -21,7 +21,9 @@ Rules:
              rule since efa132a;
   credit+calls   as credit+window, the group's window also long enough for every member's
              MIN_CALLS calls (at most MAX_TIMED_SECONDS), so that a member of long calls does
-             not go on alone after the others have their window.
+             not go on alone after the others have their window;
+  credit+ratios  as credit+calls, over the members a printed ratio compares (the stages, cuDNN
+             and FlashAttention-2: driver.compared_in_ratios); the others as credit+window.
 
 It prints the seconds of timed calls each rule spends over the whole run (the run's length is
 that plus issue, sleeps and set-up), how finely each rule interleaves (over the BF16 groups, the
@@ -57,7 +59,7 @@ def rule_of(call_ms):
     return long_call, min_calls, max_seconds, window
 
 
-def replay(calls_ms, rule, stats=None):
+def replay(calls_ms, rule, stats=None, names=None):
     """(seconds of timed calls, each member's last turn); stats, a dict, gets each member's
     number of turns with calls and its longest block of calls in one turn (ms)."""
     n = len(calls_ms)
@@ -69,6 +71,12 @@ def replay(calls_ms, rule, stats=None):
     # MAX_TIMED_SECONDS), so that a member of long calls does not run on alone for its count.
     calls_window = max([min(max(rule_of(t)[3], D.MIN_CALLS * t / 1e3), D.MAX_TIMED_SECONDS)
                         for t in calls_ms if t < D.LONG_CALL_MS] or [D.TIMED_SECONDS])
+    # credit+ratios: the same, over the members a printed ratio compares (the stages, cuDNN and
+    # FlashAttention-2); the others keep credit+window's.
+    compared = [t for t, name in zip(calls_ms, names or [""] * n)
+                if t < D.LONG_CALL_MS and D.compared_in_ratios(name.split("/")[0])]
+    ratios_window = max([group_window] + [min(max(rule_of(t)[3], D.MIN_CALLS * t / 1e3), D.MAX_TIMED_SECONDS)
+                                          for t in compared])
 
     def done(i):
         long_call, min_calls, max_seconds, window = rule_of(calls_ms[i])
@@ -76,6 +84,8 @@ def replay(calls_ms, rule, stats=None):
             window = group_window
         if rule == "credit+calls" and not long_call:
             window = calls_window
+        if rule == "credit+ratios" and not long_call:
+            window = ratios_window if D.compared_in_ratios((names or [""] * n)[i].split("/")[0]) else group_window
         return (count[i] >= D.MAX_CALLS or timed[i] >= max_seconds * 1e3
                 or (timed[i] >= window * 1e3 and count[i] >= min_calls))
 
@@ -132,10 +142,10 @@ def main():
                         row["causal"], step])
         groups[(row["dtype"], key)].append((row["stage"] + ("/" + row["pass"] if row["pass"] == "bwd_det" else ""),
                                             float(row["median_ms"])))
-    rules = ["now", "equal", "equal+keep", "credit", "credit+window", "credit+calls"]
+    rules = ["now", "equal", "equal+keep", "credit", "credit+window", "credit+calls", "credit+ratios"]
     print(f"replay of {arguments.results}: {len(groups)} groups (heavy implementations left out)")
     for rule in rules:
-        total = sum(replay([t for _, t in members], rule)[0] for members in groups.values())
+        total = sum(replay([t for _, t in members], rule, names=[m for m, _ in members])[0] for members in groups.values())
         print(f"  {rule:11s} {total:7.1f} s of timed calls")
     print("interleaving over the BF16 groups (members of calls under LONG_CALL_MS):")
     for rule in rules:
@@ -144,7 +154,7 @@ def main():
             if dtype != "bf16" or len(members) < 2:
                 continue
             stats = {}
-            replay([t for _, t in members], rule, stats)
+            replay([t for _, t in members], rule, stats, names=[m for m, _ in members])
             for (name, t), turns, block in zip(members, stats["turns"], stats["block"]):
                 if t >= D.LONG_CALL_MS:
                     continue
@@ -158,7 +168,7 @@ def main():
         for (dtype, key), members in groups.items():
             if dtype != "bf16" or len(members) < 2:
                 continue
-            last = sorted(replay([t for _, t in members], rule)[1])
+            last = sorted(replay([t for _, t in members], rule, names=[m for m, _ in members])[1])
             tails.append(((last[-1] - last[-2]) / last[-1], key))
         tails.sort(reverse=True)
         print(f"{rule}: BF16 groups whose last member runs alone longest (share of the group's turns)")
@@ -171,7 +181,7 @@ def main():
             continue
         print(f"{key}: each member's last turn (call ms)")
         for rule in rules:
-            last = replay([t for _, t in members], rule)[1]
+            last = replay([t for _, t in members], rule, names=[m for m, _ in members])[1]
             print(f"  {rule:11s} " + ", ".join(f"{name} {turn} ({t:.3g})"
                                                for (name, t), turn in zip(members, last)))
 
