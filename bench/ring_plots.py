@@ -13,9 +13,9 @@ files it was drawn from, so that rows of different runs are never taken for one 
 """
 
 import argparse
-import csv
-import os
 import sys
+
+from ring_table import TARGET, TORCH, efficiency, read_rows
 
 import matplotlib
 
@@ -24,30 +24,10 @@ matplotlib.use("Agg")
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-TARGET = 0.90
 
-
-def read_rows(paths):
-    rows = []
-    for path in paths:
-        with open(path) as source:
-            for row in csv.DictReader(source):
-                if row.get("status") == "ok":
-                    row["file"] = os.path.basename(path)
-                    rows.append(row)
-    return rows
-
-
-def efficiency(row, rows):
-    """The row's efficiency, or for a row without a baseline (PyTorch's), its per-GPU rate over
-    stage 11's at the same GPU count, length, head dim and mask from another row, else None."""
-    if row["efficiency"]:
-        return float(row["efficiency"])
-    for other in rows:
-        if other["baseline_tflops"] and all(other[k] == row[k] for k in
-                                            ("gpu", "gpus", "len", "head_dim", "causal", "pass")):
-            return float(row["tflops_per_gpu"]) / float(other["baseline_tflops"])
-    return None
+def name(sharding):
+    """A series' name: the ring's sharding, or PyTorch's context parallelism by its rotation."""
+    return f"PyTorch CP ({sharding[len(TORCH):]})" if sharding.startswith(TORCH) else sharding
 
 
 def figure(rows, title):
@@ -65,7 +45,7 @@ def figure(rows, title):
                 continue
             ax.plot([x for x, _ in points], [y for _, y in points], marker=markers.get(gpus, "^"),
                     linestyle="-" if causal else "--",
-                    label=f"{gpus} GPUs, {sharding}, {'causal' if causal else 'non-causal'}")
+                    label=f"{gpus} GPUs, {name(sharding)}, {'causal' if causal else 'non-causal'}")
         ax.axhline(TARGET, color="grey", linewidth=1, linestyle=":")
         ax.text(ax.get_xlim()[0] if ax.lines else 1, TARGET, " 90%: the target", va="bottom",
                 fontsize=8, color="grey")

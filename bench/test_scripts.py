@@ -17,6 +17,7 @@ sys.path.insert(0, HERE)
 import compare_runs  # noqa: E402
 import driver  # noqa: E402
 import plots  # noqa: E402
+import ring_table  # noqa: E402
 import schema  # noqa: E402
 import tables  # noqa: E402
 
@@ -405,6 +406,48 @@ class TimedWindow(unittest.TestCase):
         window = math.ceil(driver.LONG_MAX_TIMED_SECONDS * 1e3 / 300.0)
         self.assertFalse(self.resident(300.0, window - 1).done())
         self.assertTrue(self.resident(300.0, window).done())
+
+
+class RingTable(unittest.TestCase):
+    """bench/ring_table.py: PyTorch's row sits beside the ring's at the same point only, and
+    --check fails on a table the CSV does not give."""
+
+    HEADER = ("gpu,gpus,sharding,batch,heads,len,head_dim,causal,pass,median_ms,min_ms,tflops_per_gpu,"
+              "baseline_len,baseline_ms,baseline_tflops,efficiency,nccl,status")
+
+    def write(self, folder, lines):
+        path = os.path.join(folder, "ring.csv")
+        with open(path, "w") as out:
+            out.write("\n".join([self.HEADER] + lines) + "\n")
+        return path
+
+    def test_pytorch_beside_its_point(self):
+        with tempfile.TemporaryDirectory() as folder:
+            path = self.write(folder, [
+                "H,4,zigzag,1,32,262144,128,1,fwd,200.0,199.0,600.0,131072,100.0,650.0,0.923,n,ok",
+                "H,4,contiguous,1,32,262144,128,0,fwd,400.0,399.0,600.0,131072,100.0,650.0,0.923,n,ok",
+                "H,4,torch_cp_allgather,1,32,262144,128,1,fwd,220.0,219.0,545.0,,,,,n,ok",
+                "H,4,torch_cp_allgather,1,32,262144,128,1,bwd,1.0,1.0,1.0,,,,,n,skipped: no api"])
+            lines = ring_table.table(path).splitlines()
+            zigzag = [line for line in lines if " zigzag " in line][0]
+            contiguous = [line for line in lines if " contiguous " in line][0]
+            self.assertIn("220.0", zigzag)
+            self.assertTrue(zigzag.endswith("1.100x"))
+            self.assertFalse(contiguous.rstrip().endswith("x"))
+            self.assertFalse(any("skipped" in line for line in lines))
+            table_path = os.path.join(folder, "table.txt")
+            with open(table_path, "w") as out:
+                out.write("stale\n")
+            argv = sys.argv
+            try:
+                sys.argv = ["ring_table.py", path, "--out", table_path, "--check"]
+                self.assertEqual(ring_table.main(), 1)
+                sys.argv = ["ring_table.py", path, "--out", table_path]
+                self.assertEqual(ring_table.main(), 0)
+                sys.argv = ["ring_table.py", path, "--out", table_path, "--check"]
+                self.assertEqual(ring_table.main(), 0)
+            finally:
+                sys.argv = argv
 
 
 if __name__ == "__main__":

@@ -46,20 +46,25 @@ def parse():
 
 
 def context_parallel_api():
-    """(context_parallel, set_rotate_method, context_parallel_unshard or None), or a reason."""
+    """(context_parallel, set_rotate_method, context_parallel_unshard or None, options), or a
+    reason. `options` is torch's _cp_options, whose enable_load_balance the non-causal case turns
+    off (torch balances by head and tail halves, for the causal mask only)."""
     try:
         from torch.distributed.tensor.experimental import context_parallel
     except ImportError as error:
         return None, f"no torch.distributed.tensor.experimental.context_parallel ({error})"
     try:
-        from torch.distributed.tensor.experimental._attention import set_rotate_method
-    except ImportError as error:
-        return None, f"no set_rotate_method ({error})"
+        from torch.distributed.tensor.experimental import _attention as private
+        set_rotate_method, options = private.set_rotate_method, private._cp_options
+    except (ImportError, AttributeError) as error:
+        return None, f"no set_rotate_method or _cp_options ({error})"
+    # context_parallel_unshard: public in some versions, in _attention only in others (2.11).
+    context_parallel_unshard = getattr(private, "context_parallel_unshard", None)
     try:
         from torch.distributed.tensor.experimental import context_parallel_unshard
     except ImportError:
-        context_parallel_unshard = None
-    return (context_parallel, set_rotate_method, context_parallel_unshard), None
+        pass
+    return (context_parallel, set_rotate_method, context_parallel_unshard, options), None
 
 
 def flops(arguments, pass_name):
@@ -107,8 +112,9 @@ def main():
         emit([row(p, status=f"skipped: {missing}") for p in passes])
         dist.destroy_process_group()
         return 0
-    context_parallel, set_rotate_method, unshard = api
+    context_parallel, set_rotate_method, unshard, options = api
     set_rotate_method(arguments.rotate)
+    options.enable_load_balance = bool(arguments.causal)  # torch refuses it without the mask
 
     def inputs(batch, heads, length, seed):
         generator = torch.Generator(device="cuda").manual_seed(seed)  # the same on every rank

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The ring's results as a table, from one CSV of 13_ring_attention's benchmark (bench_ring.cpp's
+columns; bench/torch_context_parallel.py writes PyTorch's rows in the same ones), for the
+chapter: one CSV is one device call, so that a table never mixes runs.
+
+    python3 bench/ring_table.py CSV --out TABLE.txt     write the table
+    python3 bench/ring_table.py CSV --out TABLE.txt --check
+                                                        fail if TABLE.txt is not what CSV gives
+
+Per GPU count, length, mask, sharding and pass: the median time of a call, per-GPU TFLOP/s,
+stage 11's own rate alone on one GPU of the machine (the CSV's baseline) and their ratio, the
+course's 90% target beside it; and where the CSV has PyTorch's context parallelism at the same
+GPU count, length, mask and pass, its time and the ring's speed over it. Only rows whose status
+is `ok`.
+"""
+
+import argparse
+import csv
+import os
+import sys
+
+TARGET = 0.90
+TORCH = "torch_cp_"
+
+
+def read_rows(paths):
+    """The rows of status ok of the CSVs, each with its file's name."""
+    rows = []
+    for path in paths:
+        with open(path) as source:
+            for row in csv.DictReader(source):
+                if row.get("status") == "ok":
+                    row["file"] = os.path.basename(path)
+                    rows.append(row)
+    return rows
+
+
+def same_point(a, b):
+    return all(a[k] == b[k] for k in ("gpu", "gpus", "len", "head_dim", "causal", "pass"))
+
+
+def efficiency(row, rows):
+    """The row's efficiency, or for a row without a baseline (PyTorch's), its per-GPU rate over
+    stage 11's at the same GPU count, length, head dim and mask from another row, else None."""
+    if row["efficiency"]:
+        return float(row["efficiency"])
+    for other in rows:
+        if other["baseline_tflops"] and same_point(other, row):
+            return float(row["tflops_per_gpu"]) / float(other["baseline_tflops"])
+    return None
+
+
+def table(path):
+    rows = read_rows([path])
+    ring = [r for r in rows if not r["sharding"].startswith(TORCH)]
+    torch = [r for r in rows if r["sharding"].startswith(TORCH)]
+    order = lambda r: (int(r["gpus"]), int(r["len"]), -int(r["causal"]), r["sharding"], r["pass"] != "fwd")
+    gpus = sorted({r["gpu"] for r in rows})
+    heads = "; ".join(f"B = {b}, H = {h}, D = {d}" for b, h, d in
+                      sorted({(r["batch"], r["heads"], r["head_dim"]) for r in rows}))
+    lines = [f"{', '.join(gpus)}; {heads}; rows of {os.path.basename(path)}",
+             "(bench/ring_table.py). Efficiency: per-GPU TFLOP/s over stage 11 alone on one GPU",
+             f"(target {TARGET:.2f}); vs PyTorch: PyTorch's context parallelism's time over the ring's.",
+             "",
+             f"{'GPUs':>4} {'tokens':>8} {'per GPU':>8} {'mask':<10} {'sharding':<10} {'pass':<4} "
+             f"{'ms':>9} {'TFLOP/s':>8} {'alone':>7} {'effic.':>6}  {'PyTorch ms':>10} {'vs PyTorch':>10}"]
+    for r in sorted(ring, key=order):
+        tokens, count = int(r["len"]), int(r["gpus"])
+        cp = [t for t in torch if same_point(t, r)]
+        cp_cells = (f"{float(cp[0]['median_ms']):>10.1f} {float(cp[0]['median_ms']) / float(r['median_ms']):>9.3f}x"
+                    if cp else f"{'':>10} {'':>10}")
+        lines.append(f"{count:>4} {tokens:>8} {tokens // count:>8} "
+                     f"{'causal' if r['causal'] == '1' else 'non-causal':<10} {r['sharding']:<10} {r['pass']:<4} "
+                     f"{float(r['median_ms']):>9.1f} {float(r['tflops_per_gpu']):>8.1f} "
+                     f"{float(r['baseline_tflops']):>7.1f} {float(r['efficiency']):>6.3f}  {cp_cells}")
+    unmatched = [t for t in torch if not any(same_point(t, r) for r in ring)]
+    for t in unmatched:
+        lines.append(f"PyTorch's row without a ring row at its point: {t['gpus']} GPUs, {t['len']} tokens, "
+                     f"causal {t['causal']}, {t['pass']}: {float(t['median_ms']):.1f} ms")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("csv")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--check", action="store_true")
+    arguments = parser.parse_args()
+    text = table(arguments.csv)
+    if arguments.check:
+        with open(arguments.out) as current:
+            if current.read() != text:
+                print(f"ring_table: {arguments.out} is stale (python3 bench/ring_table.py "
+                      f"{arguments.csv} --out {arguments.out})", file=sys.stderr)
+                return 1
+        return 0
+    with open(arguments.out, "w") as out:
+        out.write(text)
+    print(f"ring_table: wrote {arguments.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
