@@ -9,6 +9,7 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$root/common/fetch_wheel.sh"
 deps=${DEPS_DIR:-$root/.deps}/cuobjdump
 VERSION=13.5.37
 declare -A SHA256=(
@@ -28,19 +29,7 @@ work=$(mktemp -d "$deps/.fetch-XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 : >"$deps/fetch.log"
 for package in "${!SHA256[@]}"; do
-    if ! python3 -m pip download --quiet --no-deps --only-binary=:all: "$package==$VERSION" \
-            -d "$work/$package" >>"$deps/fetch.log" 2>&1; then
-        echo "could not download $package $VERSION (see $deps/fetch.log); install cuobjdump with: $INSTALL"
-        exit 1
-    fi
-    wheel=$(ls "$work/$package"/*.whl 2>/dev/null | head -n 1)
-    actual=$(sha256sum "$wheel" | cut -d' ' -f1)
-    if [ "$actual" != "${SHA256[$package]}" ]; then
-        echo "the downloaded $(basename "$wheel") has sha256 $actual, not the pinned ${SHA256[$package]}: refused; install cuobjdump with: $INSTALL"
-        exit 1
-    fi
-    python3 -m zipfile -e "$wheel" "$work/unpacked" ||
-        { echo "could not unpack $(basename "$wheel"); install cuobjdump with: $INSTALL"; exit 1; }
+    fetch_wheel "$package" "$VERSION" "${SHA256[$package]}" "$work" "$deps/fetch.log" cuobjdump || exit 1
 done
 chmod +x "$work/unpacked/nvidia/cu13/bin/"* && rm -rf "$deps/nvidia" && mv "$work/unpacked/nvidia" "$deps/nvidia" ||
     { echo "could not put the tools into $deps; install cuobjdump with: $INSTALL"; exit 1; }

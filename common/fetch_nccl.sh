@@ -18,6 +18,7 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$root/common/fetch_wheel.sh"
 deps=${DEPS_DIR:-$root/.deps}/nccl
 PACKAGE=nvidia-nccl-cu13
 VERSION=2.28.9
@@ -69,22 +70,11 @@ mkdir -p "$deps" || { echo "cannot create $deps; install NCCL with: $INSTALL"; e
 work=$(mktemp -d "$deps/.fetch-XXXXXX") || exit 1
 trap 'rm -rf "$work"' EXIT
 : >"$deps/fetch.log"
-if ! python3 -m pip download --quiet --no-deps --only-binary=:all: "$PACKAGE==$VERSION" \
-        -d "$work/wheel" >>"$deps/fetch.log" 2>&1; then
-    echo "could not download $PACKAGE $VERSION (see $deps/fetch.log); install NCCL with: $INSTALL"
-    exit 1
-fi
-wheel=$(ls "$work/wheel"/*.whl 2>/dev/null | head -n 1)
-actual=$(sha256sum "$wheel" | cut -d' ' -f1)
-if [ "$actual" != "$WHEEL_SHA256" ]; then
-    echo "the downloaded $(basename "$wheel") has sha256 $actual, not the pinned $WHEEL_SHA256: refused; install NCCL with: $INSTALL"
-    exit 1
-fi
-python3 -m zipfile -e "$wheel" "$work/unpacked" >>"$deps/fetch.log" 2>&1 &&
-    holds_nccl "$work/unpacked/nvidia/nccl" ||
-    { echo "could not unpack $(basename "$wheel"); install NCCL with: $INSTALL"; exit 1; }
+fetch_wheel "$PACKAGE" "$VERSION" "$WHEEL_SHA256" "$work" "$deps/fetch.log" NCCL || exit 1
+holds_nccl "$work/unpacked/nvidia/nccl" ||
+    { echo "$FETCHED_WHEEL holds no nvidia/nccl with include/nccl.h and lib/libnccl.so.2; install NCCL with: $INSTALL"; exit 1; }
 # Into place with a rename, so that builds side by side never see half a library.
 rm -rf "$deps/nvidia" && mv "$work/unpacked/nvidia" "$deps/nvidia" ||
     { echo "could not put NCCL into $deps; install it with: $INSTALL"; exit 1; }
-echo "NCCL: fetched $(basename "$wheel") (pip download, sha256 checked; nothing installed) -> $deps/nvidia/nccl" >&2
+echo "NCCL: fetched $FETCHED_WHEEL (pip download, sha256 checked; nothing installed) -> $deps/nvidia/nccl" >&2
 echo "$deps/nvidia/nccl"
