@@ -9,8 +9,12 @@
 // How it times: the ring's call is synchronous on the host (every GPU's thread joins), so a
 // call is timed by the host clock from its start to the last GPU's end: what a training step
 // waits for. One warm-up call, then --repeats timed calls; median and min. Stage 11 alone is
-// timed with CUDA events on GPU 0 at --baseline-len (default: the whole length, capped at
-// 131072 so that one call stays under a few seconds), same batch, heads, head dim and mask.
+// timed with CUDA events on GPU 0 at --baseline-len (default: the ring's tokens per GPU, N / P,
+// capped at 131072 so that one call stays under a few seconds), same batch, heads, head dim and
+// mask. Per GPU, a ring step is one such square (contiguous sharding) or pieces of it: stage 11's
+// rate changes with the length (its backward about 3% faster at 65536 tokens than at 131072 on
+// an H100), so a baseline of another length would move the efficiency by that much (lab notes
+// 13; the runs before this default used min(N, 131072)).
 // The backward row times the ring's backward alone (the forward that makes its O and LSE runs
 // once before). Inputs are random, on each GPU, never zeros.
 // FLOPs follow the FlashAttention convention: forward 4*B*H*N*N*D (halved when causal),
@@ -184,7 +188,7 @@ int main(int argc, char** argv) {
 
         // Stage 11 on one GPU, same shape at the baseline length.
         CUDA_CHECK(cudaSetDevice(0));
-        const int base_len = options.baseline_len > 0 ? options.baseline_len : std::min(options.len, 131072);
+        const int base_len = options.baseline_len > 0 ? options.baseline_len : std::max(1, std::min(options.len / P, 131072));
         const AttentionShape base = make_shape(options.batch, options.heads, base_len, base_len, options.head_dim,
                                                options.causal);
         DeviceBuffer<bf16> bq(size_t(base.q_elements())), bk(size_t(base.kv_elements())), bv(size_t(base.kv_elements())),
