@@ -59,11 +59,12 @@ def table(path):
     heads = "; ".join(f"B = {b}, H = {h}, D = {d}" for b, h, d in
                       sorted({(r["batch"], r["heads"], r["head_dim"]) for r in rows}))
     lines = [f"{', '.join(gpus)}; {heads}; rows of {os.path.basename(path)}",
-             "(bench/ring_table.py). Efficiency: per-GPU TFLOP/s over stage 11 alone on one GPU",
-             f"(target {TARGET:.2f}); vs PyTorch: PyTorch's context parallelism's time over the ring's.",
+             "(bench/ring_table.py). Efficiency: per-GPU TFLOP/s over stage 11 alone on one GPU at",
+             f"the length in column `at` (target {TARGET:.2f}); vs PyTorch: PyTorch's context",
+             "parallelism's time over the ring's.",
              "",
              f"{'GPUs':>4} {'tokens':>8} {'per GPU':>8} {'mask':<10} {'sharding':<10} {'pass':<4} "
-             f"{'ms':>9} {'TFLOP/s':>8} {'alone':>7} {'effic.':>6}  {'PyTorch ms':>10} {'vs PyTorch':>10}"]
+             f"{'ms':>9} {'TFLOP/s':>8} {'alone':>7} {'at':>7} {'effic.':>6}  {'PyTorch ms':>10} {'vs PyTorch':>10}"]
     for r in sorted(ring, key=order):
         tokens, count = int(r["len"]), int(r["gpus"])
         cp = [t for t in torch if same_point(t, r)]
@@ -72,7 +73,8 @@ def table(path):
         lines.append(f"{count:>4} {tokens:>8} {tokens // count:>8} "
                      f"{'causal' if r['causal'] == '1' else 'non-causal':<10} {r['sharding']:<10} {r['pass']:<4} "
                      f"{float(r['median_ms']):>9.1f} {float(r['tflops_per_gpu']):>8.1f} "
-                     f"{float(r['baseline_tflops']):>7.1f} {float(r['efficiency']):>6.3f}  {cp_cells}")
+                     f"{float(r['baseline_tflops']):>7.1f} {int(r['baseline_len']):>7} "
+                     f"{float(r['efficiency']):>6.3f}  {cp_cells}")
     unmatched = [t for t in torch if not any(same_point(t, r) for r in ring)]
     for t in unmatched:
         lines.append(f"PyTorch's row without a ring row at its point: {t['gpus']} GPUs, {t['len']} tokens, "
