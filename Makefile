@@ -17,7 +17,7 @@ PYTHON_TEST ?= python3
 ROOT      := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 
 .DEFAULT_GOAL := all
-.PHONY: all common-objects test bench sass-check plots notebook docs docs-check diagrams sanitize profile diff clean distclean help $(SUITES)
+.PHONY: all common-objects test bench bench-ring sass-check plots notebook docs docs-check diagrams sanitize profile diff clean distclean help $(SUITES)
 
 # make profile STAGE=04 | STAGE=4 | STAGE=04_warp_shuffle: the stage's folder, or a usage line.
 ifneq ($(filter profile,$(MAKECMDGOALS)),)
@@ -106,6 +106,12 @@ sass-check:
 bench:
 	@PYTHON=$(PYTHON_ENV) $(if $(SWEEP),BENCH_SWEEPS=$(SWEEP)) bash bench/run_bench.sh $(STAGES)
 
+# Needs 2 or more GPUs (checked first): the ring's benchmark (stage 13, PyTorch's context
+# parallelism beside it) on RING_GPUS of them [2 4 8], into bench/results/<gpu>/ring/
+# (bench/run_ring_bench.sh). One count at a time: RING_GPUS=4 make bench-ring.
+bench-ring:
+	@PYTHON=$(PYTHON_ENV) bash bench/run_ring_bench.sh
+
 # Redraws the committed figures, docs/img/ (or PLOTS_OUT=folder), from the newest
 # bench/results/<gpu>/ (or RESULTS=bench/results/<gpu>); no GPU needed.
 PLOTS_OUT ?= docs/img
@@ -170,6 +176,7 @@ help:
 	@echo "  make all          build every stage and baseline (the default goal; ARCH=\"sm_80 sm_90\" or native)"
 	@echo "  make test         build everything, run every test suite, end with one line that sums them (no GPU needed)"
 	@echo "  make bench        benchmark every stage and baseline (GPU; SWEEP=name[,name] of bench/sweeps.txt) into bench/results/<gpu>/"
+	@echo "  make bench-ring   the ring (stage 13) and PyTorch's context parallelism on 2+ GPUs (RING_GPUS=\"2 4 8\") into bench/results/<gpu>/ring/"
 	@echo "  make plots        redraw docs/img/ from the newest bench/results/<gpu>/ (RESULTS=folder, PLOTS_OUT=folder; no GPU)"
 	@echo "  make notebook     run docs/benchmarks.ipynb on the committed CSVs into build/ (RESULTS=folder, NOTEBOOK_INPLACE=1)"
 	@echo "  make docs         regenerate the results tables, numbers and code excerpts of the chapters and README (RESULTS=folder)"

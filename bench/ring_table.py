@@ -75,6 +75,11 @@ def table(path):
                      f"{float(r['median_ms']):>9.1f} {float(r['tflops_per_gpu']):>8.1f} "
                      f"{float(r['baseline_tflops']):>7.1f} {int(r['baseline_len']):>7} "
                      f"{float(r['efficiency']):>6.3f}  {cp_cells}")
+    with open(path) as source:
+        for row in csv.DictReader(source):
+            if row.get("status") != "ok":
+                lines.append(f"not timed: {row['gpus']} GPUs, {row['len']} tokens, {row['sharding']}, "
+                             f"causal {row['causal']}, {row['pass']}: {row['status']}")
     unmatched = [t for t in torch if not any(same_point(t, r) for r in ring)]
     for t in unmatched:
         lines.append(f"PyTorch's row without a ring row at its point: {t['gpus']} GPUs, {t['len']} tokens, "

@@ -26,6 +26,7 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
+source bench/system_lines.sh
 SWEEPS=${BENCH_SWEEPS:-fp32-headline,bf16-headline,seqlen,extra}
 DTYPES=${BENCH_DTYPES:-fp32,bf16}
 JOBS=${JOBS:-$(nproc)}
@@ -137,14 +138,8 @@ stage_list=$(IFS=,; echo "${suites[*]}")
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "commit: $COMMIT"
     echo "gpu (the CUDA device benchmarked): $GPU"
-    echo "nvidia-smi:"
-    nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,clocks.max.mem,power.limit,persistence_mode \
-        --format=csv 2>/dev/null | sed 's/^/  /' || echo "  (nvidia-smi not available)"
-    echo "cuda driver: $(nvidia-smi 2>/dev/null | grep -o 'CUDA Version: [0-9.]*' || echo unknown)"
-    echo "nvcc: $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*, V[0-9.]*' || echo unknown)"
-    echo "torch: $("$PYTHON" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version())' 2>/dev/null || echo 'not importable')"
+    system_lines "$PYTHON"
     echo "method: $METHOD"
-    echo "host: $(uname -srm), $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ //')"
     echo "implementations: ${suites[*]} + PyTorch baselines"
     echo "sweeps: $SWEEPS"
     echo "element types: $DTYPES"

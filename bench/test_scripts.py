@@ -434,7 +434,8 @@ class RingTable(unittest.TestCase):
             self.assertIn("220.0", zigzag)
             self.assertTrue(zigzag.endswith("1.100x"))
             self.assertFalse(contiguous.rstrip().endswith("x"))
-            self.assertFalse(any("skipped" in line for line in lines))
+            self.assertEqual([line for line in lines if "skipped" in line],
+                             ["not timed: 4 GPUs, 262144 tokens, torch_cp_allgather, causal 1, bwd: skipped: no api"])
             table_path = os.path.join(folder, "table.txt")
             with open(table_path, "w") as out:
                 out.write("stale\n")

@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The ring's benchmark, as `make bench-ring` runs it (13_ring_attention, lab notes 13):
+#   1. builds stage 13 (NCCL from common/fetch_nccl.sh) and checks that the machine has 2 or more
+#      GPUs;
+#   2. for each GPU count P of RING_GPUS that the machine has, each per-GPU length L of
+#      RING_TOKENS_PER_GPU and each sharding and mask (zigzag and striped causal, contiguous
+#      non-causal): the ring over P GPUs at N = P * L tokens, forward and backward, beside stage 11
+#      alone on GPU 0 at L tokens (bench_13_ring_attention's default baseline); and, where PyTorch
+#      imports, PyTorch's context parallelism at the same N and mask (bench/torch_context_parallel.py,
+#      one process per GPU), so that each of its rows sits beside the ring's from the same run;
+#   3. writes bench/results/<gpu>/ring/: per GPU count ring-xP.csv, its table table-xP.txt
+#      (bench/ring_table.py) and system-xP.txt, and scaling.png (bench/ring_plots.py, over every
+#      ring-x*.csv of the folder; the figure names its files).
+# NVLink multicast stays off (NCCL_NVLS_ENABLE=0). Each GPU count's files are replaced only when
+# its rows are all written.
+#
+# usage: bench/run_ring_bench.sh
+# Environment (defaults in brackets): RING_GPUS [2 4 8], RING_TOKENS_PER_GPU [32768 65536 131072],
+#   RING_HEADS [32], RING_HEAD_DIM [128], RING_REPEATS [3], BENCH_COMMIT [git HEAD],
+#   PYTHON [common/python_env.sh's]. One count at a time fits the device's 10-minute calls:
+#   RING_GPUS=4 make bench-ring.
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT" || exit 1
+source bench/system_lines.sh
+export NCCL_NVLS_ENABLE=0
+COUNTS=${RING_GPUS:-2 4 8}
+TOKENS=${RING_TOKENS_PER_GPU:-32768 65536 131072}
+HEADS=${RING_HEADS:-32}
+HEAD_DIM=${RING_HEAD_DIM:-128}
+REPEATS=${RING_REPEATS:-3}
+START=$SECONDS
+
+problem=$(bash common/require.sh gpu "make bench-ring")
+[ -z "$problem" ] || { echo "error: $problem" >&2; exit 2; }
+VISIBLE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
+[ "$VISIBLE" -ge 2 ] || { echo "error: make bench-ring needs 2 or more GPUs ($VISIBLE visible)" >&2; exit 2; }
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON=$(bash common/python_env.sh) || { echo "error: $PYTHON" >&2; exit 2; }
+fi
+TORCH=1
+"$PYTHON" -c 'import torch.distributed' 2>/dev/null || TORCH=0
+
+make --no-print-directory -C 13_ring_attention all || { echo "error: building 13_ring_attention failed" >&2; exit 1; }
+BENCH=build/13_ring_attention/bench_13_ring_attention
+COMMIT=${BENCH_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0)
+SLUG=$(echo "$GPU" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
+DEST=bench/results/$SLUG/ring
+mkdir -p "$DEST"
+WORK=$(mktemp -d "$ROOT/bench/results/.ring-XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+for P in $COUNTS; do
+    if [ "$P" -gt "$VISIBLE" ]; then echo "== $P GPUs: skipped ($VISIBLE visible)"; continue; fi
+    CSV=$WORK/ring-x$P.csv
+    "$BENCH" --print-header >"$CSV"
+    for L in $TOKENS; do
+        N=$((P * L))
+        for setting in "zigzag 1" "striped 1" "contiguous 0"; do
+            read -r sharding causal <<<"$setting"
+            echo "== $P GPUs, $N tokens, $sharding, causal $causal"
+            "$BENCH" --gpus "$P" --sharding "$sharding" --causal "$causal" --len "$N" --heads "$HEADS" \
+                --head-dim "$HEAD_DIM" --repeats "$REPEATS" | tee -a "$CSV"
+        done
+        [ "$TORCH" = 1 ] || continue
+        for causal in 1 0; do
+            echo "== $P GPUs, $N tokens, PyTorch's context parallelism, causal $causal"
+            if ! "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$P" \
+                    bench/torch_context_parallel.py --len "$N" --heads "$HEADS" --head-dim "$HEAD_DIM" \
+                    --causal "$causal" --repeats "$REPEATS" --csv "$CSV" 2>"$WORK/torch-x$P.log"; then
+                echo "   (failed; the last lines of its log:)"
+                tail -n 3 "$WORK/torch-x$P.log"
+            fi
+        done
+    done
+    {
+        echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "commit: $COMMIT"
+        echo "gpus (the ring's: 0 .. $((P - 1))): $P of $VISIBLE, $GPU"
+        system_lines "$PYTHON"
+        echo "topology:"
+        nvidia-smi topo -m 2>/dev/null | sed 's/^/  /'
+        echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+        echo "shape: B = 1, H = $HEADS, D = $HEAD_DIM; tokens per GPU: $TOKENS; repeats: $REPEATS"
+        echo "duration so far: $((SECONDS - START)) s"
+    } >"$WORK/system-x$P.txt"
+    "$PYTHON" bench/ring_table.py "$CSV" --out "$WORK/table-x$P.txt" >/dev/null
+    mv -f "$CSV" "$WORK/system-x$P.txt" "$WORK/table-x$P.txt" "$DEST/"
+    echo "== $P GPUs: $DEST/ring-x$P.csv, table-x$P.txt, system-x$P.txt"
+done
+if ls "$DEST"/ring-x*.csv >/dev/null 2>&1; then
+    "$PYTHON" bench/ring_plots.py "$DEST"/ring-x*.csv --out "$DEST/scaling.png" \
+        --title "Ring attention, per GPU against stage 11 alone at the ring's tokens per GPU"
+fi
+echo "== done in $((SECONDS - START)) s"
