@@ -23,13 +23,13 @@ TARGET = 0.90
 TORCH = "torch_cp_"
 
 
-def read_rows(paths):
-    """The rows of status ok of the CSVs, each with its file's name."""
+def read_rows(paths, timed=True):
+    """The rows of the CSVs, each with its file's name: those of status ok (timed), or the others."""
     rows = []
     for path in paths:
         with open(path) as source:
             for row in csv.DictReader(source):
-                if row.get("status") == "ok":
+                if (row.get("status") == "ok") == timed:
                     row["file"] = os.path.basename(path)
                     rows.append(row)
     return rows
@@ -75,11 +75,9 @@ def table(path):
                      f"{float(r['median_ms']):>9.1f} {float(r['tflops_per_gpu']):>8.1f} "
                      f"{float(r['baseline_tflops']):>7.1f} {int(r['baseline_len']):>7} "
                      f"{float(r['efficiency']):>6.3f}  {cp_cells}")
-    with open(path) as source:
-        for row in csv.DictReader(source):
-            if row.get("status") != "ok":
-                lines.append(f"not timed: {row['gpus']} GPUs, {row['len']} tokens, {row['sharding']}, "
-                             f"causal {row['causal']}, {row['pass']}: {row['status']}")
+    for row in read_rows([path], timed=False):
+        lines.append(f"not timed: {row['gpus']} GPUs, {row['len']} tokens, {row['sharding']}, "
+                     f"causal {row['causal']}, {row['pass']}: {row['status']}")
     unmatched = [t for t in torch if not any(same_point(t, r) for r in ring)]
     for t in unmatched:
         lines.append(f"PyTorch's row without a ring row at its point: {t['gpus']} GPUs, {t['len']} tokens, "
