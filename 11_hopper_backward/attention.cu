@@ -589,13 +589,13 @@ struct BackwardSharedLayout {
     // and each consumer's copy of the sums, [CONSUMERS][BLOCK_Q].
     static constexpr size_t DELTA_PARTIALS = DELTA_ROWS + Config::STAGES * Config::ROW_BYTES;
     static constexpr size_t EXACT_DELTA = DELTA_PARTIALS + 2 * 4 * Config::CONSUMERS * Config::ROW_BYTES;
-    // Deterministic mode: each consumer's two mbarriers with its dQ writer, `staged` then `free`
+    // Each consumer's two mbarriers with its dQ writer, `staged` then `free`
     // ([2][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
     // registers, need not hold their addresses.
     static constexpr size_t DQ_WRITER = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES;
     // The dynamic shared memory to ask for: the regions and up to 1024 bytes of rounding the base.
     static constexpr size_t BYTES =
-        DQ_WRITER + (Config::DETERMINISTIC ? 2 * Config::CONSUMERS * sizeof(uint64_t) : 0) + 1024;
+        DQ_WRITER + 2 * Config::CONSUMERS * sizeof(uint64_t) + 1024;
 
     // wgmma's operands start on the swizzle atom (1024 bytes), the FP32 rows where TMA may
     // write them and the copy engine read them (128 bytes).
@@ -610,7 +610,7 @@ struct BackwardSharedLayout {
     static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block");
 };
 
-// Deterministic mode: the mbarriers of a consumer and its dQ writer (write_dq_in_order), in the
+// The mbarriers of a consumer and its dQ writer (write_dq_in_order), in the
 // shared memory at BackwardSharedLayout::DQ_WRITER. `staged` completes a phase when all 128
 // threads of the consumer have stored a piece of dQ in its staging tile; `free` when the
 // writer's reduce-add has read it.
@@ -1167,43 +1167,20 @@ struct ConsumerWarpgroup : BackwardBlock {
         }
     }
 
+
     // excerpt: dq-reduce
-    // The piece of dQ into the staging tile, once the previous reduce-add has read it; then the
-    // copy engine adds it to the accumulator in device memory, where the query tile's pieces
-    // follow each other in consumer order.
-    __device__ __forceinline__ void hand_over_dq(const float (&dq)[32], const DsSums& ds_sum, int q_tile) const {
-        const bool leader = threadIdx.x % 128 == 0;
-        if (leader) bulk_wait_read<0>();
-        named_barrier_sync(1 + warpgroup, 128);
+    // The piece of dQ and its dS row sums to the consumer's dQ writer (write_dq_in_order), which
+    // has the copy engine add them to the accumulators in device memory (in deterministic mode
+    // once the block's turn in the tile's chain has come): every thread waits until the writer
+    // has read the consumer's previous piece (`handed` pieces so far), stores its part, and
+    // arrives; the writer waits for all 128. The consumer goes on at once.
+    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int handed) const {
+        if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
         stage_dq(dq, ds_sum);
-        fence_proxy_async_shared();
-        named_barrier_sync(1 + warpgroup, 128);
-        if (leader) {
-            const int64_t tile = int64_t(head) * q_tiles + q_tile;
-            bulk_reduce_add_f32(dq_accumulator + tile * BLOCK_Q * HEAD_DIM + warpgroup * 64 * 64,
-                                smem_address(dq_staging), Config::DQ_BYTES);
-            bulk_reduce_add_f32(ds_rowsum + tile * BLOCK_Q, smem_address(rowsum_staging), Config::ROW_BYTES);
-            bulk_commit();
-        }
+        fence_proxy_async_shared();  // the copy engine reads what these stores wrote
+        mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
     }
     // end excerpt
-
-    // hand_over_dq, or in deterministic mode the same piece to the block's dQ writer
-    // (write_dq_in_order), which adds it when the block's turn in the tile's chain has come: every
-    // thread waits until the writer has read the consumer's previous piece (`handed` pieces so
-    // far), stores its part, and arrives; the writer waits for all 128. The consumer goes on at
-    // once: the chain's waits are the writer's.
-    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int q_tile,
-                                                         int handed) const {
-        if constexpr (Config::DETERMINISTIC) {
-            if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
-            stage_dq(dq, ds_sum);
-            fence_proxy_async_shared();  // the copy engine reads what these stores wrote
-            mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
-        } else {
-            hand_over_dq(dq, ds_sum, q_tile);
-        }
-    }
 
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq and ds_sum.
@@ -1219,9 +1196,7 @@ struct ConsumerWarpgroup : BackwardBlock {
         fence_registers(dq);
 #pragma unroll
         for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
-        int last_tile = q_tiles - 1;  // of the walk
-        if constexpr (Config::DETERMINISTIC) last_tile = order.tile_at(kv_block, q_tiles - 1 - first_q_tile);
-        hand_over_dq_in_turn(dq, ds_sum, last_tile, handed);
+        hand_over_dq_in_turn(dq, ds_sum, handed);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1321,14 +1296,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     consumer.add_key_column_sums(key_sum);
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
-    int handed = 0;  // pieces of dQ handed over (the deterministic mode counts them)
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
     for (int in_order = first_q_tile, read = 0; in_order < q_tiles; ++in_order, ++read) {
-        int q_tile = in_order, previous_tile = in_order - 1;
-        if constexpr (Config::DETERMINISTIC) {
-            q_tile = block.order.tile_at(block.kv_block, read);
-            previous_tile = block.order.tile_at(block.kv_block, read - 1);
-        }
+        int q_tile = in_order;
+        if constexpr (Config::DETERMINISTIC) q_tile = block.order.tile_at(block.kv_block, read);
         const int stage = read % STAGES;
         const int q_start = q_tile * BLOCK_Q;
         mbarrier_wait(&block.q_full[stage], (read / STAGES) % 2);
@@ -1373,23 +1344,15 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_ISSUED, q_tile);
         consumer.release_stage(dk, dv, dq, ds_sum, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
-        if (has_dq) {
-            consumer.hand_over_dq_in_turn(dq, ds_sum, consumer.lagging ? previous_tile : q_tile, handed++);
-        } else if constexpr (!Config::DETERMINISTIC) {
-            // No piece yet, but the same two barriers: racecheck takes an exchange between warps
-            // that have passed different numbers of barriers for a race even where a barrier
-            // orders it, and the exact delta's exchange comes next (docs/sanitizers.md). (The
-            // deterministic hand-over passes none.)
-            named_barrier_sync(1 + block.warpgroup, 128);
-            named_barrier_sync(1 + block.warpgroup, 128);
-        }
+        // Pieces handed over before this one: consumer 0's first piece is its second tile's.
+        if (has_dq) consumer.hand_over_dq_in_turn(dq, ds_sum, read - int(consumer.lagging));
         // Consumer 0's piece is the previous tile's; the stamp says the loop's tile.
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_HANDED, q_tile);
     }
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (consumer.lagging && first_q_tile < q_tiles) {
         float dq[32], ds_sum[Config::Q_SLABS][4];
-        consumer.hand_over_last_dq(dq, ds_sum, handed);
+        consumer.hand_over_last_dq(dq, ds_sum, q_tiles - first_q_tile - 1);
     }
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
     named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
@@ -1397,12 +1360,12 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
-// Deterministic mode: consumer `consumer`'s dQ writer, one thread of the producer warpgroup
-// (DqWriter). For each tile of the block's walk, in the order the consumer hands its
-// pieces over (consumer 0 each a step late, in the same order), it waits until the tile's
-// semaphore reads the block's turn (the blocks before it in the chain have added) and the
-// consumer has staged the piece; lets the copy engine add it; frees the staging tiles once the
-// copy has read them; and once the add is complete, passes the turn on. The lab notes say why
+// Consumer `consumer`'s dQ writer, one thread of the producer warpgroup (DqWriter). For each
+// tile of the block's walk, in the order the consumer hands its pieces over (consumer 0 each a
+// step late, in the same order), it waits until the consumer has staged the piece, lets the copy
+// engine add it, and frees the staging tiles once the copy has read them. In deterministic mode
+// it first waits until the tile's semaphore reads the block's turn (the blocks before it in the
+// chain have added), and once the add is complete, passes the turn on. The lab notes say why
 // each fence is there and why no block can wait forever.
 // excerpt: dq-writer
 template <class Config>
@@ -1414,15 +1377,20 @@ __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, in
     uint32_t* semaphores = dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + consumer;
     const int steps = block.q_tiles - block.first_q_tile;
     for (int step = 0; step < steps; ++step) {
-        const int q_tile = block.order.tile_at(block.kv_block, step);
-        uint32_t* semaphore = semaphores + int64_t(q_tile) * Config::CONSUMERS;
-        const uint32_t turn = block.order.turn(block.kv_block, q_tile);
-        while (load_acquire_gpu(semaphore) != turn) {
+        int q_tile = block.first_q_tile + step;
+        uint32_t* semaphore = nullptr;
+        uint32_t turn = 0;
+        if constexpr (Config::DETERMINISTIC) {
+            q_tile = block.order.tile_at(block.kv_block, step);
+            semaphore = semaphores + int64_t(q_tile) * Config::CONSUMERS;
+            turn = block.order.turn(block.kv_block, q_tile);
+            while (load_acquire_gpu(semaphore) != turn) {
+            }
         }
         mbarrier_wait(DqWriter<Config>::staged(block.base, consumer), uint32_t(step % 2));
         // The acquire is through the generic proxy; the reduce-add reads and writes through the
         // async proxy: order them.
-        fence_proxy_async_global();
+        if constexpr (Config::DETERMINISTIC) fence_proxy_async_global();
         const int64_t tile = int64_t(block.head) * block.q_tiles + q_tile;
         bulk_reduce_add_f32(dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64,
                             dq_staging, Config::DQ_BYTES);
@@ -1430,12 +1398,14 @@ __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, in
         bulk_commit();
         bulk_wait_read<0>();
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
-        // Complete, not only read (.read would let the next block's add overtake this one's
-        // writes). Completion implies a generic-async proxy fence (PTX ISA, "Async proxy"); the
-        // explicit one says so where the code relies on it.
-        bulk_wait<0>();
-        fence_proxy_async_global();
-        store_release_gpu(semaphore, turn + 1);
+        if constexpr (Config::DETERMINISTIC) {
+            // Complete, not only read (.read would let the next block's add overtake this one's
+            // writes). Completion implies a generic-async proxy fence (PTX ISA, "Async proxy");
+            // the explicit one says so where the code relies on it.
+            bulk_wait<0>();
+            fence_proxy_async_global();
+            store_release_gpu(semaphore, turn + 1);
+        }
     }
 }
 // end excerpt
@@ -1493,11 +1463,10 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
             mbarrier_init(&q_full[stage], 1);
             mbarrier_init(&q_empty[stage], CONSUMER_WARPS);
         }
-        if constexpr (Config::DETERMINISTIC)
-            for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
-                mbarrier_init(DqWriter<Config>::staged(base, consumer), 128);
-                mbarrier_init(DqWriter<Config>::free(base, consumer), 1);
-            }
+        for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
+            mbarrier_init(DqWriter<Config>::staged(base, consumer), 128);
+            mbarrier_init(DqWriter<Config>::free(base, consumer), 1);
+        }
         fence_barrier_init();
     }
     for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
@@ -1508,15 +1477,18 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     if (block.warpgroup < 0) {
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
-        if constexpr (Config::DETERMINISTIC) {  // lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer
-            const int consumer = int(threadIdx.x) / 32 - 1;
-            if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
+        // Lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer.
+        const int consumer = int(threadIdx.x) / 32 - 1;
+        if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
+            if constexpr (Config::DETERMINISTIC) {
                 const int chain = order.chain_of(block.kv_block);
                 write_dq_in_order<Config>(
                     block, consumer, chain > 0 ? sums.chain_dq + (chain - 1) * sums.dq_floats : dq_accumulator,
                     chain > 0 ? sums.chain_rowsum + (2 * (chain - 1) + consumer) * sums.rows
                               : (consumer == 0 ? ds_rowsum : sums.second_rowsum),
                     sums.dq_semaphores + chain * sums.semaphores_per_chain);
+            } else {
+                write_dq_in_order<Config>(block, consumer, dq_accumulator, ds_rowsum, nullptr);
             }
         }
         return;
