@@ -46,11 +46,11 @@ endif
 # What each goal needs, checked (Doctest fetched, .deps/venv made) before anything is built:
 # see common/deps.mk.
 DOCTEST_GOALS   := all common-objects test sanitize $(SUITES)
-GPU_GOALS       := bench sanitize profile
+GPU_GOALS       := bench bench-ring sanitize profile
 SANITIZER_GOALS := sanitize
 NCU_GOALS       := profile
-NVCC_GOALS      := all common-objects test bench sanitize profile sass-check $(SUITES)
-PYTHON_GOALS    := bench plots notebook diagrams
+NVCC_GOALS      := all common-objects test bench bench-ring sanitize profile sass-check $(SUITES)
+PYTHON_GOALS    := bench bench-ring plots notebook diagrams
 include common/deps.mk
 
 # The objects the suites share (common/stage.mk) are built first, suite by suite (each of them

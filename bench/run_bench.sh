@@ -36,7 +36,7 @@ START=$SECONDS
 problem=$(bash common/require.sh gpu "make bench")
 [ -z "$problem" ] || { echo "error: $problem" >&2; exit 2; }
 if [ -z "${PYTHON:-}" ]; then
-    PYTHON=$(bash common/python_env.sh) || { echo "error: $PYTHON" >&2; exit 2; }
+    PYTHON=$(bash common/python_env.sh plots) || { echo "error: $PYTHON" >&2; exit 2; }
 fi
 if ! "$PYTHON" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "error: make bench needs PyTorch with CUDA in $PYTHON (pip install torch): the baselines" \

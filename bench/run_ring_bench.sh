@@ -37,7 +37,7 @@ problem=$(bash common/require.sh gpu "make bench-ring")
 VISIBLE=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 [ "$VISIBLE" -ge 2 ] || { echo "error: make bench-ring needs 2 or more GPUs ($VISIBLE visible)" >&2; exit 2; }
 if [ -z "${PYTHON:-}" ]; then
-    PYTHON=$(bash common/python_env.sh) || { echo "error: $PYTHON" >&2; exit 2; }
+    PYTHON=$(bash common/python_env.sh plots) || { echo "error: $PYTHON" >&2; exit 2; }
 fi
 TORCH=1
 "$PYTHON" -c 'import torch.distributed' 2>/dev/null || TORCH=0
