@@ -140,6 +140,7 @@ docs-check:
 	@python3 bench/check_forward_copy.py 10_pingpong 11_hopper_backward
 	@python3 13_ring_attention/overlap_estimate.py --check
 	@for f in lengths torch-cp; do python3 bench/ring_table.py docs/profiles/13_ring_attention/ring-x4-h200-$$f.csv --out docs/profiles/13_ring_attention/ring-x4-h200-$$f.txt --check || exit 1; done
+	@for csv in $(wildcard bench/results/*/ring/ring-x*.csv); do python3 bench/ring_table.py $$csv --out $$(dirname $$csv)/table-$$(basename $$csv .csv | sed 's/^ring-//').txt --check || exit 1; done
 	@python3 docs/diagrams/draw.py --check
 	@python3 common/wgmma.py --check
 
