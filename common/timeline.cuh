@@ -3,12 +3,13 @@
 // defined (only bench/experiments/timeline.cu defines it) the marks expand to nothing, and the
 // stage compiles to the same SASS as without them.
 //
-// With it, one thread of each warpgroup of the first TIMELINE_BLOCKS blocks writes the SM's cycle
+// With it, one thread of each warpgroup of TIMELINE_BLOCKS blocks (the first ones, or from
+// timeline_first_block on) writes the SM's cycle
 // counter (clock64: one clock for every warp of a block), the GPU's nanosecond timer, the event
 // and the tile into
 // timeline_records[block][warpgroup + 1][n], n counting that warpgroup's stamps (the producer,
-// warpgroup -1, is slot 0). The stores are fire-and-forget: a stamp costs a clock read and a
-// store, no atomic and no wait.
+// warpgroup -1, is slot 0; stage 11's dQ writer, when its stamps are patched in, the last). The
+// stores are fire-and-forget: a stamp costs a clock read and a store, no atomic and no wait.
 #pragma once
 
 // The phases, in the order a consumer meets them in a tile.
@@ -31,13 +32,27 @@ enum TimelineEvent : int {
     TIMELINE_GRADIENTS_ISSUED,  // dK, dV and a piece of dQ are issued and the turn passed on
     TIMELINE_GRADIENTS_DONE,    // wgmma.wait_group 0 returned them and the stage is released
     TIMELINE_DQ_HANDED,         // the piece of dQ is staged and its bulk reduce-add issued
+    // Stage 11's dQ writer of consumer 0 (write_dq_in_order), per query tile, in slot
+    // TIMELINE_WRITER_SLOT (the CSV's warpgroup -2):
+    TIMELINE_DQ_TURN,           // the tile's turn has come (deterministic: the semaphore said so)
+    TIMELINE_DQ_STAGED,         // the consumer's piece is staged (the writer's mbarrier wait returned)
+    TIMELINE_DQ_READ,           // the reduce-adds are issued and have read the staging tile
+    TIMELINE_DQ_RELEASED,       // deterministic: the adds are complete and the turn passed on
     TIMELINE_EVENTS
 };
 
 #ifdef ATTENTION_TIMELINE
-constexpr int TIMELINE_BLOCKS = 4;      // the first blocks of the grid: one per SM
-constexpr int TIMELINE_WARPGROUPS = 4;  // the producer and up to three consumers
-constexpr int TIMELINE_STAMPS = 4096;   // per warpgroup: enough for 500 tiles
+// (An experiment's build may stamp more blocks with fewer stamps each: TIMELINE_BLOCKS_N,
+// TIMELINE_STAMPS_N.)
+#ifndef TIMELINE_BLOCKS_N
+#define TIMELINE_BLOCKS_N 4
+#endif
+#ifndef TIMELINE_STAMPS_N
+#define TIMELINE_STAMPS_N 4096
+#endif
+constexpr int TIMELINE_BLOCKS = TIMELINE_BLOCKS_N;  // blocks of the grid that stamp: one per SM
+constexpr int TIMELINE_WARPGROUPS = 4;              // the producer and up to three consumers
+constexpr int TIMELINE_STAMPS = TIMELINE_STAMPS_N;  // per warpgroup: 4096, enough for 500 tiles
 
 struct TimelineStamp {
     long long cycle;       // clock64: the SM's cycles
@@ -47,26 +62,50 @@ struct TimelineStamp {
 };
 __device__ TimelineStamp timeline_records[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS][TIMELINE_STAMPS];
 __device__ int timeline_counts[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS];
+// The first of the stamped blocks (0 unless the program sets it): blocks first ..
+// first + TIMELINE_BLOCKS - 1 stamp, into records 0 .. TIMELINE_BLOCKS - 1.
+__device__ int timeline_first_block;
 
-__device__ __forceinline__ void timeline_stamp(int& count, int warpgroup, int event, int tile) {
-    if (blockIdx.x >= TIMELINE_BLOCKS || threadIdx.x % 128 != 0) return;
+// `block`: the block's record, blockIdx.x - timeline_first_block, read once by TIMELINE_BEGIN (a
+// load at every stamp would lengthen the phases it measures).
+__device__ __forceinline__ void timeline_stamp(int& count, int block, int warpgroup, int event, int tile) {
+    if (block < 0 || block >= TIMELINE_BLOCKS || threadIdx.x % 128 != 0) return;
     long long cycle, nanoseconds;
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(cycle) : : "memory");
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(nanoseconds) : : "memory");
     const int slot = warpgroup + 1;
     if (count < TIMELINE_STAMPS)
-        timeline_records[blockIdx.x][slot][count] = TimelineStamp{cycle, nanoseconds, event, tile};
-    timeline_counts[blockIdx.x][slot] = ++count;
+        timeline_records[block][slot][count] = TimelineStamp{cycle, nanoseconds, event, tile};
+    timeline_counts[block][slot] = ++count;
+}
+
+// The slot of stage 11's dQ writer thread (lane 0 of a producer warp, not a warpgroup's first
+// thread): the fourth, which the backward's two consumers leave free.
+constexpr int TIMELINE_WRITER_SLOT = TIMELINE_WARPGROUPS - 1;
+__device__ __forceinline__ void timeline_stamp_writer(int& count, int block, int event, int tile) {
+    if (block < 0 || block >= TIMELINE_BLOCKS) return;
+    long long cycle, nanoseconds;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(cycle) : : "memory");
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(nanoseconds) : : "memory");
+    if (count < TIMELINE_STAMPS)
+        timeline_records[block][TIMELINE_WRITER_SLOT][count] = TimelineStamp{cycle, nanoseconds, event, tile};
+    timeline_counts[block][TIMELINE_WRITER_SLOT] = ++count;
 }
 
 // Declares the warpgroup's stamp counter; then TIMELINE_STAMP(event, tile) at each phase.
-#define TIMELINE_BEGIN int timeline_count = 0
-#define TIMELINE_STAMP(event, tile) timeline_stamp(timeline_count, warpgroup, (event), (tile))
+#define TIMELINE_BEGIN \
+    int timeline_count = 0;  \
+    const int timeline_block = int(blockIdx.x) - timeline_first_block
+#define TIMELINE_STAMP(event, tile) timeline_stamp(timeline_count, timeline_block, warpgroup, (event), (tile))
 // The same where the warpgroup is not a variable named `warpgroup` (stage 11's role functions).
 #define TIMELINE_STAMP_AS(warpgroup_of, event, tile) \
-    timeline_stamp(timeline_count, (warpgroup_of), (event), (tile))
+    timeline_stamp(timeline_count, timeline_block, (warpgroup_of), (event), (tile))
+// A dQ writer's stamp: consumer 0's writer only, the one thread that calls it.
+#define TIMELINE_STAMP_WRITER(consumer, event, tile) \
+    if ((consumer) == 0) timeline_stamp_writer(timeline_count, timeline_block, (event), (tile))
 #else
 #define TIMELINE_BEGIN
 #define TIMELINE_STAMP(event, tile)
 #define TIMELINE_STAMP_AS(warpgroup_of, event, tile)
+#define TIMELINE_STAMP_WRITER(consumer, event, tile)
 #endif

@@ -118,6 +118,26 @@ STAGE_LABELS["12"] = STAGE_LABELS["10"]  # 10's loop; a work tile's first K/V ti
 PERSISTENT_STAGES = {"12"}
 
 
+def in_walk_order(stamps):
+    """Numbers a block's tiles by the order it walks them where that is not their index order:
+    stage 11's deterministic backward starts a block's walk at a query tile that depends on its
+    key block and wraps round (dq_order.h), so its tile 0 can come last but one. The tiles that
+    stamped tile_ready become their rank in time (from the block's first tile's number on), the
+    producer's loads and the end stamp keep their meaning: the loads take the rank of their tile,
+    the end stamp counts the tiles. Blocks walked in index order are left as they are."""
+    ready = {}
+    for r in stamps:
+        if r["event"] == "tile_ready" and r["warpgroup"] >= 0:
+            ready[r["tile"]] = min(ready.get(r["tile"], r["cycle"]), r["cycle"])
+    walk = sorted(ready, key=ready.get)
+    if walk == sorted(walk):
+        return
+    rank = {tile: min(walk) + i for i, tile in enumerate(walk)}
+    for r in stamps:
+        if r["event"] != "end" and r["tile"] in rank:
+            r["tile"] = rank[r["tile"]]
+
+
 def pass_of(title):
     """The pass the CSV's first line names ('11_hopper_backward backward, B=1 ...'): forward
     unless it says backward (the CSVs of 08-10 and 12 say forward)."""
@@ -148,6 +168,7 @@ def read(path):
         for r in stamps:
             r["us"] = (r["cycle"] - start) * slope / 1e3
         clocks[block] = 1 / slope
+        in_walk_order(stamps)
     return title, blocks, clocks
 
 
@@ -300,6 +321,38 @@ def periods(ready, tiles):
     return [(ready[j + 1] - ready[j]) * 1e3 for j in ready if steady(j, tiles) and j + 1 in ready]
 
 
+WRITER_PHASES = [("turn", "waits for the tile's turn (deterministic: the semaphore)"),
+                 ("staged", "waits for the consumer's piece"),
+                 ("read", "issues the reduce-adds, waits for their read"),
+                 ("released", "waits for their completion, releases the turn")]
+
+
+def writer_lines(blocks):
+    """Stage 11's dQ writer of consumer 0 (warpgroup -2, where its stamps are compiled in): per
+    steady tile, the median ns of each of its phases over the blocks, each phase ending at its
+    stamp and starting at the stamp before (the first: the previous tile's last stamp)."""
+    durations = {key: [] for key, _ in WRITER_PHASES}
+    for rows in blocks.values():
+        consumers = [r for r in rows if r["warpgroup"] >= 0]
+        writer = sorted((r for r in rows if r["warpgroup"] == -2), key=lambda r: r["cycle"])
+        if not writer or not consumers:
+            continue
+        tiles = tile_range(consumers)
+        previous = None
+        for r in writer:
+            key = r["event"][len("dq_"):]
+            if previous is not None and key in durations and steady(r["tile"], tiles):
+                durations[key].append((r["us"] - previous) * 1e3)
+            previous = r["us"]
+    if not any(durations.values()):
+        return []
+    lines = [f"consumer 0's dQ writer, steady tiles of blocks 0-{max(blocks)}: median ns per phase"]
+    for key, label in WRITER_PHASES:
+        values = durations[key]
+        lines.append(f"  {label:<56}" + (f"{statistics.median(values):8.0f}" if values else f"{'-':>8}"))
+    return lines
+
+
 def summary(path):
     """The phases of the steady tiles, per warpgroup of block 0 and over every block, as text."""
     title, blocks, clocks = read(path)
@@ -448,6 +501,7 @@ def summary(path):
                       for time in [others[other]] if total and time / total >= 0.01]
             lines.append(f"  consumer {w}, {labels[key]}: " + "; ".join(shares))
     lines += notes
+    lines += writer_lines(blocks)
     lines.append(f"the other wg's GEMMs: the share of a warpgroup's {compute} time during which the "
                  f"other warpgroup issues wgmma or waits for them ({kind['gemm_words']}); beside "
                  f"its {compute}: during which the other computes its {compute} too")

@@ -7,7 +7,9 @@
 //   make -C bench/experiments timeline       (builds it for 08, 09, 10, 11 and 12)
 //   build/experiments/timeline_10_pingpong [B H Lq Lk D causal] > timeline.csv   (an H100)
 //   build/experiments/timeline_11_hopper_backward [B H Lq Lk D causal [deterministic]] > timeline_11.csv
-// Default shape: the BF16 headline, 1 8 4096 8192 128 0.
+// Default shape: the BF16 headline, 1 8 4096 8192 128 0. TIMELINE_FIRST_BLOCK=F in the
+// environment stamps blocks F .. F + 3 instead of the first four (a later wave's, say); the CSV
+// numbers them 0 .. 3 and its first line says which they are.
 #define ATTENTION_TIMELINE
 #include "attention.cu"  // the stage's, on the include path (ATTENTION_STAGE_NAME names it)
 
@@ -25,7 +27,9 @@ const char* const EVENT_NAMES[] = {"start", "loaded", "tile_ready", "turn", "iss
                                    "softmax_done", "pv_done", "end",
                                    // stage 11's backward
                                    "p_done", "dp_done", "ds_stored", "gradients_turn",
-                                   "gradients_issued", "gradients_done", "dq_handed"};
+                                   "gradients_issued", "gradients_done", "dq_handed",
+                                   // its dQ writer's
+                                   "dq_turn", "dq_staged", "dq_read", "dq_released"};
 static_assert(sizeof(EVENT_NAMES) / sizeof(EVENT_NAMES[0]) == TIMELINE_EVENTS,
               "a name for every event of common/timeline.cuh");
 
@@ -40,15 +44,53 @@ void record_stamps(const std::function<void()>& call) {
     }
 }
 
-void write_stamps(const char* pass, const AttentionShape& shape) {
+void write_stamps(const char* pass, const AttentionShape& shape, int first_block) {
     std::vector<TimelineStamp> stamps(size_t(TIMELINE_BLOCKS) * TIMELINE_WARPGROUPS *
                                       TIMELINE_STAMPS);
-    int counts[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS];
+    static int counts[TIMELINE_BLOCKS][TIMELINE_WARPGROUPS];
     CUDA_CHECK(cudaMemcpyFromSymbol(stamps.data(), timeline_records,
                                     stamps.size() * sizeof(TimelineStamp)));
     CUDA_CHECK(cudaMemcpyFromSymbol(counts, timeline_counts, sizeof(counts)));
-    std::printf("# %s %s, %s, phase stamps of the first %d blocks\n", ATTENTION_STAGE_NAME, pass,
-                shape.to_string().c_str(), TIMELINE_BLOCKS);
+#ifdef TIMELINE_SPANS
+    // Every stamped block's span, not its stamps (timeline_spans_11_hopper_backward): when its
+    // first stamp came, its consumers' last, its dQ writer's last and its last, in ns from the
+    // earliest first stamp of the grid (the GPU's timer, common to the SMs).
+    long long origin = -1;
+    for (int block = 0; block < TIMELINE_BLOCKS; ++block)
+        for (int slot = 0; slot < TIMELINE_WARPGROUPS; ++slot)
+            if (counts[block][slot] > 0) {
+                const long long t = stamps[(size_t(block) * TIMELINE_WARPGROUPS + slot) * TIMELINE_STAMPS].nanoseconds;
+                origin = origin < 0 ? t : std::min(origin, t);
+            }
+    std::printf("# %s %s, %s, the span of every block of the first %d that stamped\n", ATTENTION_STAGE_NAME,
+                pass, shape.to_string().c_str(), TIMELINE_BLOCKS);
+    std::printf("block,start_ns,consumers_end_ns,writer_end_ns,end_ns,overflow\n");
+    for (int block = 0; block < TIMELINE_BLOCKS; ++block) {
+        long long start = -1, consumers = -1, writer = -1, end = -1;
+        bool overflow = false;
+        for (int slot = 0; slot < TIMELINE_WARPGROUPS; ++slot) {
+            const int count = std::min(counts[block][slot], TIMELINE_STAMPS);
+            overflow = overflow || counts[block][slot] > TIMELINE_STAMPS;
+            if (count == 0) continue;
+            const TimelineStamp* s = &stamps[(size_t(block) * TIMELINE_WARPGROUPS + slot) * TIMELINE_STAMPS];
+            const long long first = s[0].nanoseconds - origin, last = s[count - 1].nanoseconds - origin;
+            start = start < 0 ? first : std::min(start, first);
+            end = std::max(end, last);
+            if (slot == TIMELINE_WRITER_SLOT && s[0].event >= TIMELINE_DQ_TURN) writer = last;
+            else if (slot > 0) consumers = std::max(consumers, last);
+        }
+        if (start >= 0)
+            std::printf("%d,%lld,%lld,%lld,%lld,%d\n", block, start, consumers, writer, end, int(overflow));
+    }
+    return;
+#endif
+    if (first_block == 0)
+        std::printf("# %s %s, %s, phase stamps of the first %d blocks\n", ATTENTION_STAGE_NAME, pass,
+                    shape.to_string().c_str(), TIMELINE_BLOCKS);
+    else
+        std::printf("# %s %s, %s, phase stamps of blocks %d to %d (numbered 0 to %d below)\n",
+                    ATTENTION_STAGE_NAME, pass, shape.to_string().c_str(), first_block,
+                    first_block + TIMELINE_BLOCKS - 1, TIMELINE_BLOCKS - 1);
     std::printf("block,warpgroup,stamp,cycle,nanoseconds,event,tile\n");
     for (int block = 0; block < TIMELINE_BLOCKS; ++block)
         for (int slot = 0; slot < TIMELINE_WARPGROUPS; ++slot) {
@@ -56,7 +98,10 @@ void write_stamps(const char* pass, const AttentionShape& shape) {
             for (int n = 0; n < count; ++n) {
                 const TimelineStamp& s =
                     stamps[(size_t(block) * TIMELINE_WARPGROUPS + slot) * TIMELINE_STAMPS + n];
-                std::printf("%d,%d,%d,%lld,%lld,%s,%d\n", block, slot - 1, n, s.cycle,
+                // Stage 11's dQ writer (its stamps the only ones in the writer's slot, which
+                // the backward's two consumers leave free) is warpgroup -2.
+                const bool writer = s.event >= TIMELINE_DQ_TURN;
+                std::printf("%d,%d,%d,%lld,%lld,%s,%d\n", block, writer ? -2 : slot - 1, n, s.cycle,
                             s.nanoseconds, EVENT_NAMES[s.event], s.tile);
             }
         }
@@ -74,6 +119,9 @@ int main(int argc, char** argv) {
     }
     AttentionShape shape = make_shape(v[0], v[1], v[2], v[3], v[4], v[5] != 0);
     shape.deterministic = v[6] != 0;
+    const char* first = std::getenv("TIMELINE_FIRST_BLOCK");
+    const int first_block = first != nullptr ? std::atoi(first) : 0;
+    CUDA_CHECK(cudaMemcpyToSymbol(timeline_first_block, &first_block, sizeof(first_block)));
     DeviceBuffer<bf16> q(size_t(shape.q_elements())), k(size_t(shape.kv_elements())),
         value(size_t(shape.kv_elements())), o(size_t(shape.q_elements()));
     DeviceBuffer<float> lse(size_t(shape.lse_elements()));
@@ -91,10 +139,10 @@ int main(int argc, char** argv) {
         attention_backward(q.data(), k.data(), value.data(), o.data(), lse.data(), dout.data(),
                            dq.data(), dk.data(), dv.data(), shape, 0);
     });
-    write_stamps("backward", shape);
+    write_stamps("backward", shape, first_block);
 #else
     record_stamps(forward);
-    write_stamps("forward", shape);
+    write_stamps("forward", shape, first_block);
 #endif
     return 0;
 }
