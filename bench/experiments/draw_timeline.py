@@ -76,7 +76,7 @@ BACKWARD_PHASES = [
     ("issue_grad", "issues dK, dV, dQ", "#6a9fd4", {("gradients_turn", "gradients_issued")}),
     ("wait_grad", "waits for dK, dV, dQ, releases Q, dO", "#c9b037",
      {("gradients_issued", "gradients_done")}),
-    ("dq", "hands dQ over (bulk reduce-add)", "#8e44ad", {("gradients_done", "dq_handed")}),
+    ("dq", "hands dQ over (to its writer)", "#8e44ad", {("gradients_done", "dq_handed")}),
     ("after", "waits for the next Q, dO (first: K, V)", "#a5d6a7",
      {("dq_handed", "tile_ready"), ("start", "tile_ready")}),
 ]
@@ -227,7 +227,8 @@ def draw(arguments):
     stage = title[:2]
     labels = {key: STAGE_LABELS.get(stage, {}).get(key, label)
               for key, label, _, _ in kind["phases"]}
-    warpgroups = sorted({r["warpgroup"] for r in rows})
+    # (Stage 11's dQ writer, warpgroup -2, where its stamps are patched in: in the summary only.)
+    warpgroups = sorted({r["warpgroup"] for r in rows if r["warpgroup"] >= -1})
     has_producer = warpgroups[0] < 0
     consumer = "consumer" if has_producer else "warpgroup"
     walk = tile_range([r for r in rows if r["warpgroup"] >= 0])
