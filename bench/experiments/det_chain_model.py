@@ -62,15 +62,14 @@ def simulate(heads, kv_tiles, q_tiles, resident, deterministic=True, rotate=True
         push(time, block)
 
     groups = [(g, min(g + (launch_heads or heads), heads)) for g in range(0, heads, launch_heads or heads)]
-    group_index, claimed, running, clock = 0, 0, 0, 0.0
+    group_index, claimed, clock = 0, 0, 0.0
     limit = groups[0][1] * kv_tiles
 
     def start_next(time, first_wave=False):
-        nonlocal claimed, running
+        nonlocal claimed
         if claimed < limit:
             begin(claimed, time, first_wave)
             claimed += 1
-            running += 1
 
     for _ in range(min(resident, limit)):
         start_next(0.0, True)
@@ -109,7 +108,6 @@ def simulate(heads, kv_tiles, q_tiles, resident, deterministic=True, rotate=True
             done = max(piece + end, released)
             spans[block] = (st["t0"], done)
             clock = max(clock, done)
-            running -= 1
             finished += 1
             if claimed < limit:
                 start_next(done + gap)
