@@ -27,6 +27,16 @@ A number inside a sentence is generated the same way, from one row of the same r
     <!-- value:IMPLEMENTATION[/DTYPE] SHAPE PASS FIELD -->195.1<!-- /value -->
     <!-- value:ceiling NAME -->696.0<!-- /value -->
 
+The ring's rows (13_ring_attention, bench/results/<gpu>/ring/ring-xP.csv) give a number or a
+range the same way, over the ring's rows of one CSV that match every KEY=VALUE (a column of the
+CSV, or per_gpu_min / per_gpu_max on the tokens per GPU):
+
+    <!-- value:ring CSV [KEY=VALUE ...] FIELD -->0.91–0.96<!-- /value -->
+
+FIELD: efficiency (the CSV's column) or vs_torch (PyTorch's context parallelism's median time
+at the same GPUs, length, mask and pass over the ring's, with a ×); optionally :DIGITS
+(efficiency:3); one matching row gives its value, several their lowest–highest.
+
 SHAPE is a sweep of one shape (bf16-headline) or BxHxLqxLkxDxCAUSAL (4x8x4096x4096x64x0);
 A value whose implementation has no row at all in the results (a stage newer than the
 committed run), or no row of that pass, is pending and rendered as "…", like a stage table
@@ -234,6 +244,8 @@ class Tables:
 
     def value(self, spec):
         words = spec.split()
+        if words and words[0] == "ring":
+            return ring_value(spec)
         if len(words) == 2 and words[0] == "ceiling":
             path = os.path.join(os.path.dirname(self.results_path), "ceilings.csv")
             with open(path, newline="") as ceilings_file:
@@ -429,7 +441,7 @@ def quoted_shapes(pages, sweeps):
             found |= table_shapes(marker["name"], parse_options(marker["options"]), sweeps)
         for value in VALUE.finditer(text):
             words = value["spec"].split()
-            if len(words) == 4:
+            if len(words) == 4 and words[0] != "ring":
                 found.add((parse_shape(words[1], sweeps), words[2]))
     return found
 
@@ -647,6 +659,45 @@ def parse_shape(text, sweeps):
     if len(fields) != 6:
         raise SystemExit(f"value: '{text}' is neither a one-shape sweep nor BxHxLqxLkxDxCAUSAL")
     return tuple(int(field) for field in fields)
+
+
+def ring_value(spec):
+    """<!-- value:ring CSV [KEY=VALUE ...] FIELD[:DIGITS] -->: one number, or the lowest and
+    highest, over the ring's rows of CSV that match every KEY=VALUE."""
+    words = spec.split()
+    if len(words) < 3:
+        raise SystemExit(f"value:{spec}: want ring CSV [KEY=VALUE ...] FIELD")
+    path, conditions, (field, _, digits) = words[1], words[2:-1], words[-1].partition(":")
+    with open(os.path.join(ROOT, path), newline="") as ring_file:
+        rows = [row for row in csv.DictReader(ring_file) if row["status"] == "ok"]
+    torch = {(row["gpus"], row["len"], row["causal"], row["pass"]): float(row["median_ms"])
+             for row in rows if row["sharding"].startswith("torch")}
+    chosen = [row for row in rows if not row["sharding"].startswith("torch")]
+    for condition in conditions:
+        key, _, wanted = condition.partition("=")
+        if key in ("per_gpu_min", "per_gpu_max"):
+            sign = 1 if key == "per_gpu_min" else -1
+            chosen = [row for row in chosen
+                      if sign * (int(row["len"]) // int(row["gpus"]) - int(wanted)) >= 0]
+        elif chosen and key not in chosen[0]:
+            raise SystemExit(f"value:{spec}: {path} has no column {key}")
+        else:
+            chosen = [row for row in chosen if row[key] == wanted]
+    if not chosen:
+        raise SystemExit(f"value:{spec}: no ring row of {path} matches")
+    if field == "efficiency":
+        values, unit = [float(row["efficiency"]) for row in chosen], ""
+    elif field == "vs_torch":
+        keys = [(row["gpus"], row["len"], row["causal"], row["pass"]) for row in chosen]
+        if any(key not in torch for key in keys):
+            raise SystemExit(f"value:{spec}: a row without PyTorch's beside it in {path}")
+        values = [torch[key] / float(row["median_ms"]) for key, row in zip(keys, chosen)]
+        unit = "×"
+    else:
+        raise SystemExit(f"value:{spec}: unknown field {field} (efficiency, vs_torch)")
+    places = int(digits or 2)
+    low, high = f"{min(values):.{places}f}", f"{max(values):.{places}f}"
+    return (low if low == high else f"{low}–{high}") + unit
 
 
 def byte_size(value):

@@ -316,6 +316,41 @@ class ShownFile(unittest.TestCase):
             tables.shown_file("no/such/file.txt", "page.md")
 
 
+class RingValue(unittest.TestCase):
+    """<!-- value:ring CSV [KEY=VALUE ...] FIELD --> over a ring CSV (bench/tables.py)."""
+
+    COLUMNS = ["gpu", "gpus", "sharding", "batch", "heads", "len", "head_dim", "causal", "pass",
+               "median_ms", "min_ms", "tflops_per_gpu", "baseline_len", "baseline_ms",
+               "baseline_tflops", "efficiency", "nccl", "status"]
+
+    def value(self, conditions):
+        rows = [("zigzag", 65536, 1, "fwd", 10.0, 0.90), ("zigzag", 131072, 1, "fwd", 40.0, 0.95),
+                ("contiguous", 131072, 0, "fwd", 80.0, 0.97), ("torch_cp_allgather", 65536, 1, "fwd", 9.0, ""),
+                ("torch_cp_allgather", 131072, 1, "fwd", 44.0, ""), ("torch_cp_allgather", 131072, 0, "fwd", 84.0, "")]
+        with tempfile.TemporaryDirectory(dir=tables.ROOT) as folder:
+            path = os.path.join(folder, "ring-x2.csv")
+            with open(path, "w", newline="") as out:
+                writer = csv.writer(out, lineterminator="\n")
+                writer.writerow(self.COLUMNS)
+                for sharding, length, causal, pass_name, ms, efficiency in rows:
+                    writer.writerow(["Test GPU", 2, sharding, 1, 32, length, 128, causal, pass_name, ms, ms,
+                                     "1", "", "", "", efficiency, "2.28", "ok"])
+            return tables.ring_value(f"ring {os.path.relpath(path, tables.ROOT)} {conditions}")
+
+    def test_a_range_over_the_matching_rows(self):
+        self.assertEqual(self.value("efficiency"), "0.90–0.97")
+        self.assertEqual(self.value("per_gpu_min=65536 efficiency"), "0.95–0.97")
+        self.assertEqual(self.value("per_gpu_max=32768 sharding=zigzag efficiency:3"), "0.900")
+
+    def test_against_pytorch_at_the_same_point(self):
+        self.assertEqual(self.value("sharding=zigzag vs_torch"), "0.90–1.10×")
+        self.assertEqual(self.value("causal=0 vs_torch"), "1.05×")
+
+    def test_no_matching_row_is_an_error(self):
+        with self.assertRaises(SystemExit):
+            self.value("sharding=striped efficiency")
+
+
 class TimedWindow(unittest.TestCase):
     """When an implementation has been timed enough (Resident.done)."""
 
