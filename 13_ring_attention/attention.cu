@@ -23,6 +23,8 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <cuda_bf16.h>
@@ -51,26 +53,66 @@ unsigned grid_for(int64_t threads) {
     return unsigned(std::max<int64_t>(1, std::min<int64_t>((threads + THREADS - 1) / THREADS, 1 << 20)));
 }
 
-// One warp per query row: rows [row_begin, row_begin + rows) of an accumulator piece of
-// piece_rows rows per head take in the partial result of one call ([batch_heads, rows, D]).
+// At most this many calls of one step share a query piece: zigzag's piece against the block's
+// two pieces.
+constexpr int MAX_PARTIALS = 2;
+constexpr int MAX_HEAD_DIM = 128;  // stage 11's largest: a lane holds MAX_HEAD_DIM / 32 columns
+
+// One call's result for rows [row_begin, row_begin + rows) of a query piece: O [batch_heads,
+// rows, D] in bf16, as stage 11 writes it, and its log-sum-exp [batch_heads, rows].
+struct Partial {
+    const bf16* o;
+    const float* lse;
+    int64_t row_begin, rows;
+};
+struct Partials {
+    Partial part[MAX_PARTIALS];
+    int count;
+};
+
+// One warp per row of a query piece ([batch_heads][piece_rows] rows): the state merged so far
+// (none yet when `fresh`) and each partial result of one step that covers the row, folded in
+// the calls' order, in registers. The state goes back to the FP32 accumulator, or, at the
+// piece's last merge (o_out not null), out as the ring's result: O in bf16 and the LSE.
 // excerpt: merge-kernel
-__global__ void merge_partial_kernel(float* __restrict__ o, float* __restrict__ lse,
-                                     const bf16* __restrict__ o_partial,
-                                     const float* __restrict__ lse_partial, int64_t batch_heads,
-                                     int64_t piece_rows, int64_t row_begin, int64_t rows, int head_dim) {
-    const int lane = threadIdx.x % 32;
+__global__ void merge_piece_kernel(float* __restrict__ o_acc, float* __restrict__ lse_acc, Partials partials,
+                                   bool fresh, bf16* __restrict__ o_out, float* __restrict__ lse_out,
+                                   int64_t batch_heads, int64_t piece_rows, int head_dim) {
+    constexpr int COLUMNS = MAX_HEAD_DIM / 32;                    // a row's columns per lane, at most
+    const int lane = threadIdx.x % 32, columns = head_dim / 32;
     const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
-    for (int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; warp < batch_heads * rows;
+    for (int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; warp < batch_heads * piece_rows;
          warp += warps) {
-        const int64_t target = (warp / rows) * piece_rows + row_begin + warp % rows;
-        const MergeWeights<float> w = merge_weights(lse[target], lse_partial[warp]);
-        float* o_row = o + target * head_dim;
-        const bf16* partial_row = o_partial + warp * head_dim;
-        for (int d = lane; d < head_dim; d += 32)
-            o_row[d] = (w.accumulated != 0.0f ? w.accumulated * o_row[d] : 0.0f) +
-                       (w.partial != 0.0f ? w.partial * __bfloat162float(partial_row[d]) : 0.0f);
-        __syncwarp();  // every lane has read lse[target] before it changes
-        if (lane == 0) lse[target] = w.lse;
+        const int64_t head = warp / piece_rows, row = warp % piece_rows;
+        float lse = fresh ? -INFINITY : lse_acc[warp], o[COLUMNS];  // o in registers: loops unrolled
+#pragma unroll
+        for (int c = 0; c < COLUMNS; ++c)  // an accumulator that no key reached is never read
+            o[c] = c < columns && lse != -INFINITY ? o_acc[warp * head_dim + lane + 32 * c] : 0.0f;
+#pragma unroll
+        for (int p = 0; p < MAX_PARTIALS; ++p) {
+            const Partial& part = partials.part[p];
+            if (p >= partials.count || row < part.row_begin || row >= part.row_begin + part.rows) continue;
+            const int64_t i = head * part.rows + row - part.row_begin;
+            const MergeWeights<float> w = merge_weights(lse, part.lse[i]);
+#pragma unroll
+            for (int c = 0; c < COLUMNS; ++c)
+                if (c < columns)
+                    o[c] = (w.accumulated != 0.0f ? w.accumulated * o[c] : 0.0f) +
+                           (w.partial != 0.0f ? w.partial * __bfloat162float(part.o[i * head_dim + lane + 32 * c]) : 0.0f);
+            lse = w.lse;
+        }
+        __syncwarp();  // every lane has read lse_acc[warp] before lane 0 writes it
+        if (o_out != nullptr) {
+#pragma unroll
+            for (int c = 0; c < COLUMNS; ++c)
+                if (c < columns) o_out[warp * head_dim + lane + 32 * c] = __float2bfloat16_rn(o[c]);
+            if (lane == 0) lse_out[warp] = lse;
+        } else {
+#pragma unroll
+            for (int c = 0; c < COLUMNS; ++c)
+                if (c < columns) o_acc[warp * head_dim + lane + 32 * c] = o[c];
+            if (lane == 0) lse_acc[warp] = lse;
+        }
     }
 }
 // end excerpt
@@ -91,11 +133,6 @@ __global__ void add_rows_kernel(float* __restrict__ acc, const bf16* __restrict_
     const int64_t per_head = count * width, total = batch_heads * per_head;
     for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x)
         acc[(e / per_head) * acc_rows * width + begin * width + e % per_head] += __bfloat162float(part[e]);
-}
-
-__global__ void fill_kernel(float* __restrict__ data, float value, int64_t count) {
-    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += int64_t(gridDim.x) * blockDim.x)
-        data[e] = value;
 }
 
 // ---- the key centre ------------------------------------------------------------------------
@@ -162,15 +199,20 @@ void add_rows(float* acc, const bf16* part, int64_t batch_heads, int64_t acc_row
     CUDA_CHECK_LAUNCH();
 }
 
-void fill(float* data, float value, int64_t count, cudaStream_t stream) {
-    if (count == 0) return;
-    fill_kernel<<<grid_for(count), THREADS, 0, stream>>>(data, value, count);
-    CUDA_CHECK_LAUNCH();
-}
-
 void to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream) {
     if (count == 0) return;
     to_bf16_kernel<<<grid_for(count), THREADS, 0, stream>>>(dst, src, count);
+    CUDA_CHECK_LAUNCH();
+}
+
+// One merge of a query piece (merge_piece_kernel): into the accumulator, or out as the result.
+void merge_piece(float* o_acc, float* lse_acc, const Partials& partials, bool fresh, bf16* o_out, float* lse_out,
+                 int64_t batch_heads, int64_t piece_rows, int64_t head_dim, cudaStream_t stream) {
+    if (batch_heads * piece_rows == 0) return;
+    if (head_dim % 32 != 0 || head_dim > MAX_HEAD_DIM)
+        throw std::logic_error("ring attention: the merge takes head dims of 32 to 128 in steps of 32");
+    merge_piece_kernel<<<grid_for(batch_heads * piece_rows * 32), THREADS, 0, stream>>>(
+        o_acc, lse_acc, partials, fresh, o_out, lse_out, batch_heads, piece_rows, int(head_dim));
     CUDA_CHECK_LAUNCH();
 }
 
@@ -273,7 +315,10 @@ struct RingPlan {
 
     int64_t largest_piece = 0;  // rows of the longest piece of any GPU
     size_t most_calls = 0;      // calls of the busiest step
-    bool gathers = false;       // some call takes part of a piece, and batch * heads > 1
+    // Some call takes part of a query piece, or of a key piece, and batch * heads > 1, so that
+    // the rows are no contiguous tensor: they are copied (block_calls makes only striped's
+    // shifted query rows so, and never keys).
+    bool gathers_queries = false, gathers_keys = false;
 
     RingPlan(const AttentionShape& shape, Sharding sharding, int gpus)
         : whole(shape), shards(make_shards(sharding, shape.len_q, gpus)),
@@ -284,10 +329,13 @@ struct RingPlan {
             for (int step = 0; step < devices; ++step) {
                 const std::vector<BlockCall> step_calls = calls(r, step);
                 most_calls = std::max(most_calls, step_calls.size());
-                for (const BlockCall& call : step_calls)
-                    gathers = gathers || (batch_heads > 1 &&
-                                          (call.query_count != piece_rows(r, call.query_piece) ||
-                                           call.key_count != piece_rows(block_owner(r, step, devices), call.key_piece)));
+                for (const BlockCall& call : step_calls) {
+                    gathers_queries = gathers_queries ||
+                                      (batch_heads > 1 && call.query_count != piece_rows(r, call.query_piece));
+                    gathers_keys = gathers_keys ||
+                                   (batch_heads > 1 &&
+                                    call.key_count != piece_rows(block_owner(r, step, devices), call.key_piece));
+                }
             }
     }
 
@@ -313,6 +361,26 @@ struct RingPlan {
     }
     std::vector<BlockCall> calls(int r, int step) const {
         return block_calls(shards[size_t(r)], shards[size_t(block_owner(r, step, devices))], whole.causal);
+    }
+    // The rows of a query piece of GPU r that its calls take as a slice, copied (striped's
+    // shifted rows, the same at every step that has them; piece -1: none). One at most.
+    struct Slice {
+        int piece = -1;
+        int64_t begin = 0, count = 0;
+    };
+    Slice query_slice(int r) const {
+        Slice slice;
+        for (int step = 0; step < devices; ++step)
+            for (const BlockCall& call : calls(r, step)) {
+                if (batch_heads == 1 || call.query_count == piece_rows(r, call.query_piece)) continue;
+                if (slice.piece >= 0 && (slice.piece != call.query_piece || slice.begin != call.query_begin ||
+                                         slice.count != call.query_count))
+                    throw std::logic_error("ring attention: the calls take one slice of query rows at most");
+                slice = {call.query_piece, call.query_begin, call.query_count};
+            }
+        // Step 0 (the GPU's own block) takes whole pieces: the slice is copied while it computes.
+        if (slice.piece >= 0 && devices == 1) throw std::logic_error("ring attention: a slice of query rows with one GPU");
+        return slice;
     }
     AttentionShape call_shape(const BlockCall& call) const {
         return make_shape(whole.batch, whole.heads, int(call.query_count), int(call.key_count),
@@ -546,26 +614,47 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         const RingDevices::Device& device = ring_->devices[size_t(r)];
         const cudaStream_t compute = device.compute, comm = device.comm_stream;
         const Shard& mine = plan.shards[size_t(r)];
+        const int pieces = int(mine.pieces.size());
         const int64_t rows = mine.length(), largest = plan.largest_shard();
 
-        // Two block buffers (K then V), the FP32 accumulators, one call's output, and scratch for
-        // the rows of a call that are not a whole piece (striped sharding's shifted calls).
+        // Per query piece, the last step with a call for it: its merge there writes the result.
+        // And the most calls one query piece has in one step: the partial results to hold.
+        std::vector<int> last_step(size_t(pieces), -1);
+        int most_partials = 0;
+        for (int step = 0; step < P; ++step) {
+            std::vector<int> per_piece(size_t(pieces), 0);
+            for (const BlockCall& call : plan.calls(r, step)) {
+                last_step[size_t(call.query_piece)] = step;
+                most_partials = std::max(most_partials, ++per_piece[size_t(call.query_piece)]);
+            }
+        }
+        if (most_partials > MAX_PARTIALS)
+            throw std::logic_error("ring attention: more calls on one query piece in a step than planned");
+        const RingPlan::Slice slice = plan.query_slice(r);
+
+        // Two block buffers (K then V), the FP32 accumulators, the partial results of a step's
+        // calls on one query piece, and the copied query rows (and key rows, which block_calls
+        // never makes).
         Regions regions;
         const size_t block_at[2] = {regions.add(2 * BH * largest * D * sizeof(bf16)),
                                     regions.add(2 * BH * largest * D * sizeof(bf16))};
         const size_t o_at = regions.add(BH * rows * D * sizeof(float));
         const size_t lse_at = regions.add(BH * rows * sizeof(float));
-        const int64_t piece = plan.largest_piece, scratch = plan.gathers ? piece : 0;
-        const size_t o_part_at = regions.add(BH * piece * D * sizeof(bf16));
-        const size_t lse_part_at = regions.add(BH * piece * sizeof(float));
-        const size_t q_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
-        const size_t k_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
-        const size_t v_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        const int64_t piece = plan.largest_piece;
+        size_t o_part_at[MAX_PARTIALS] = {}, lse_part_at[MAX_PARTIALS] = {};
+        for (int p = 0; p < most_partials; ++p) {
+            o_part_at[p] = regions.add(BH * piece * D * sizeof(bf16));
+            lse_part_at[p] = regions.add(BH * piece * sizeof(float));
+        }
+        const size_t q_rows_at = regions.add(BH * slice.count * D * sizeof(bf16));
+        const int64_t key_scratch = plan.gathers_keys ? piece : 0;
+        const size_t k_rows_at = regions.add(BH * key_scratch * D * sizeof(bf16));
+        const size_t v_rows_at = regions.add(BH * key_scratch * D * sizeof(bf16));
         Workspace workspace(regions.total, compute);
         char* base = workspace.as<char>();
         auto at = [&](size_t offset) { return base + offset; };
-        float* o_sum = reinterpret_cast<float*>(at(o_at));
-        float* lse_sum = reinterpret_cast<float*>(at(lse_at));
+        float* o_acc = reinterpret_cast<float*>(at(o_at));
+        float* lse_acc = reinterpret_cast<float*>(at(lse_at));
         auto block_in_hand = [&](int step) -> Block {
             if (step == 0) return {k[size_t(r)], v[size_t(r)]};
             bf16* buffer = reinterpret_cast<bf16*>(at(block_at[step % 2]));
@@ -575,10 +664,51 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         // Events: the workspace is ready; each transfer (group g delivers step g + 1's block);
         // each step's compute; the end of the transfers.
         Events ready(1), arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
-        CUDA_CHECK(cudaMemsetAsync(o_sum, 0, size_t(BH * rows * D) * sizeof(float), compute));
-        fill(lse_sum, -INFINITY, BH * rows, compute);
         CUDA_CHECK(cudaEventRecord(ready[0], compute));
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
+        // The copied query rows are needed from step 1 on: copied on the NCCL stream before the
+        // first transfer, so that step 0 computes meanwhile and every step that waits for a block
+        // waits for them too.
+        if (slice.piece >= 0)
+            gather_rows(reinterpret_cast<bf16*>(at(q_rows_at)), q[size_t(r)] + plan.piece_start(r, slice.piece, D), BH,
+                        plan.piece_rows(r, slice.piece), slice.begin, slice.count, D, comm);
+
+        std::vector<bool> merged(size_t(pieces), false);  // a query piece's accumulator holds a state
+        // Stage 11 on each call of `step` for query piece p, into the partial results; none when
+        // the piece's only call, at its only step, covers all of it: then stage 11 writes the
+        // ring's result in place and there is nothing to merge.
+        auto compute_calls = [&](int step, int p, const std::vector<BlockCall>& calls) {
+            const Block block = block_in_hand(step);
+            const int owner = block_owner(r, step, P);
+            const int64_t piece_rows = plan.piece_rows(r, p);
+            const bool alone = step == last_step[size_t(p)] && !merged[size_t(p)] &&
+                               std::count_if(calls.begin(), calls.end(), [&](const BlockCall& c) { return c.query_piece == p; }) == 1;
+            Partials partials{};
+            for (const BlockCall& call : calls) {
+                if (call.query_piece != p) continue;
+                const bool whole = call.query_count == piece_rows;
+                const bf16* q_call = BH > 1 && !whole ? reinterpret_cast<const bf16*>(at(q_rows_at))  // the copied slice
+                                                      : q[size_t(r)] + plan.piece_start(r, p, D) + call.query_begin * D;
+                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
+                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
+                const bf16* k_call = call_rows(block.k + key_start, key_rows, call.key_begin, call.key_count, BH, D,
+                                               reinterpret_cast<bf16*>(at(k_rows_at)), compute);
+                const bf16* v_call = call_rows(block.v + key_start, key_rows, call.key_begin, call.key_count, BH, D,
+                                               reinterpret_cast<bf16*>(at(v_rows_at)), compute);
+                if (alone && whole) {
+                    attention_forward(q_call, k_call, v_call, o[size_t(r)] + plan.piece_start(r, p, D),
+                                      lse[size_t(r)] + plan.piece_start(r, p, 1), plan.call_shape(call), compute);
+                    merged[size_t(p)] = true;
+                    break;
+                }
+                const int slot = partials.count++;
+                bf16* o_part = reinterpret_cast<bf16*>(at(o_part_at[slot]));
+                float* lse_part = reinterpret_cast<float*>(at(lse_part_at[slot]));
+                partials.part[slot] = {o_part, lse_part, call.query_begin, call.query_count};
+                attention_forward(q_call, k_call, v_call, o_part, lse_part, plan.call_shape(call), compute);
+            }
+            return partials;
+        };
 
         // excerpt: forward-ring
         auto pass = [&](int step) {  // the block for `step` arrives while step - 1 computes
@@ -590,27 +720,17 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         if (P > 1) pass(1);
         for (int step = 0; step < P; ++step) {
             if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, arrived[size_t(step)], 0));
-            const Block block = block_in_hand(step);
-            const int owner = block_owner(r, step, P);
-            for (const BlockCall& call : plan.calls(r, step)) {
-                const bf16* q_call = call_rows(q[size_t(r)] + plan.piece_start(r, call.query_piece, D),
-                                               plan.piece_rows(r, call.query_piece), call.query_begin,
-                                               call.query_count, BH, D, reinterpret_cast<bf16*>(at(q_rows_at)), compute);
-                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
-                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
-                const bf16* k_call = call_rows(block.k + key_start, key_rows, call.key_begin, call.key_count, BH, D,
-                                               reinterpret_cast<bf16*>(at(k_rows_at)), compute);
-                const bf16* v_call = call_rows(block.v + key_start, key_rows, call.key_begin, call.key_count, BH, D,
-                                               reinterpret_cast<bf16*>(at(v_rows_at)), compute);
-                bf16* o_part = reinterpret_cast<bf16*>(at(o_part_at));
-                float* lse_part = reinterpret_cast<float*>(at(lse_part_at));
-                attention_forward(q_call, k_call, v_call, o_part, lse_part, plan.call_shape(call), compute);
-                const int64_t merged_rows = BH * call.query_count;
-                merge_partial_kernel<<<grid_for(merged_rows * 32), THREADS, 0, compute>>>(
-                    o_sum + plan.piece_start(r, call.query_piece, D), lse_sum + plan.piece_start(r, call.query_piece, 1),
-                    o_part, lse_part, BH, plan.piece_rows(r, call.query_piece), call.query_begin,
-                    call.query_count, int(D));
-                CUDA_CHECK_LAUNCH();
+            const std::vector<BlockCall> calls = plan.calls(r, step);
+            for (int p = 0; p < pieces; ++p) {  // each query piece: its calls, then one merge
+                const Partials partials = compute_calls(step, p, calls);
+                if (partials.count == 0) continue;
+                // The piece's last merge writes the ring's result: O in bf16 and the LSE.
+                const bool last = step == last_step[size_t(p)];
+                merge_piece(o_acc + plan.piece_start(r, p, D), lse_acc + plan.piece_start(r, p, 1), partials,
+                            /*fresh=*/!merged[size_t(p)], last ? o[size_t(r)] + plan.piece_start(r, p, D) : nullptr,
+                            last ? lse[size_t(r)] + plan.piece_start(r, p, 1) : nullptr, BH, plan.piece_rows(r, p), D,
+                            compute);
+                merged[size_t(p)] = true;
             }
             CUDA_CHECK(cudaEventRecord(computed[size_t(step)], compute));
             // The buffer that held this step's block takes the block of step + 2.
@@ -620,10 +740,12 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
             }
         }
         // end excerpt
-        to_bf16(o[size_t(r)], o_sum, BH * rows * D, compute);
-        if (rows > 0)
-            CUDA_CHECK(cudaMemcpyAsync(lse[size_t(r)], lse_sum, size_t(BH * rows) * sizeof(float),
-                                       cudaMemcpyDeviceToDevice, compute));
+        // A query piece that no call reached (none does: every row sees its own key) would hold
+        // no key: O = 0, LSE = -inf.
+        for (int p = 0; p < pieces; ++p)
+            if (last_step[size_t(p)] < 0)
+                merge_piece(nullptr, nullptr, Partials{}, /*fresh=*/true, o[size_t(r)] + plan.piece_start(r, p, D),
+                            lse[size_t(r)] + plan.piece_start(r, p, 1), BH, plan.piece_rows(r, p), D, compute);
         // The workspace is freed on the compute stream: after the last transfer too.
         CUDA_CHECK(cudaEventRecord(transfers_done[0], comm));
         CUDA_CHECK(cudaStreamWaitEvent(compute, transfers_done[0], 0));
@@ -657,8 +779,9 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         // their transfer overlaps the step's backward (at most four: zigzag's two pieces against
         // the block's two).
         constexpr int kMaxCalls = 4;
-        const int64_t piece = plan.largest_piece, scratch = plan.gathers ? piece : 0;
+        const int64_t piece = plan.largest_piece, key_scratch = plan.gathers_keys ? piece : 0;
         const int part_sets = int(plan.most_calls);
+        const RingPlan::Slice slice = plan.query_slice(r);  // copied once, as in the forward
 
         Regions regions;
         const size_t block_at[2] = {regions.add(2 * BH * largest * D * sizeof(bf16)),
@@ -675,12 +798,12 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
             dk_part_at[c] = regions.add(BH * piece * D * sizeof(bf16));
             dv_part_at[c] = regions.add(BH * piece * D * sizeof(bf16));
         }
-        const size_t q_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
-        const size_t o_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
-        const size_t do_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
-        const size_t lse_rows_at = regions.add(BH * scratch * sizeof(float));
-        const size_t k_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
-        const size_t v_rows_at = regions.add(BH * scratch * D * sizeof(bf16));
+        const size_t q_rows_at = regions.add(BH * slice.count * D * sizeof(bf16));
+        const size_t o_rows_at = regions.add(BH * slice.count * D * sizeof(bf16));
+        const size_t do_rows_at = regions.add(BH * slice.count * D * sizeof(bf16));
+        const size_t lse_rows_at = regions.add(BH * slice.count * sizeof(float));
+        const size_t k_rows_at = regions.add(BH * key_scratch * D * sizeof(bf16));
+        const size_t v_rows_at = regions.add(BH * key_scratch * D * sizeof(bf16));
         Workspace workspace(regions.total, compute);
         char* base = workspace.as<char>();
         auto at = [&](size_t offset) { return base + offset; };
@@ -701,6 +824,17 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         key_centre(plan, device, r, k[size_t(r)], reinterpret_cast<float*>(at(partials_at)), mean, centring);
         CUDA_CHECK(cudaEventRecord(ready[0], compute));
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
+        // The query side's copied rows (q, o, dO, LSE), from step 1 on: on the NCCL stream before
+        // the first transfer, as in the forward.
+        if (slice.piece >= 0) {
+            const int64_t piece_rows = plan.piece_rows(r, slice.piece);
+            for (const auto& [tensor, scratch] : {std::pair{q[size_t(r)], q_rows_at}, std::pair{o[size_t(r)], o_rows_at},
+                                                 std::pair{dout[size_t(r)], do_rows_at}})
+                gather_rows(reinterpret_cast<bf16*>(at(scratch)), tensor + plan.piece_start(r, slice.piece, D), BH,
+                            piece_rows, slice.begin, slice.count, D, comm);
+            gather_rows(reinterpret_cast<float*>(at(lse_rows_at)), lse[size_t(r)] + plan.piece_start(r, slice.piece, 1),
+                        BH, piece_rows, slice.begin, slice.count, int64_t(1), comm);
+        }
 
         auto pass_kv = [&](int step) {
             Block into = block_in_hand(step);
@@ -736,16 +870,17 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                 const BlockCall& call = calls[c];
                 const int64_t query_rows = plan.piece_rows(r, call.query_piece);
                 const int64_t query_start = plan.piece_start(r, call.query_piece, D);
-                auto query_side = [&](const bf16* tensor, size_t scratch) {
-                    return call_rows(tensor + query_start, query_rows, call.query_begin, call.query_count, BH, D,
-                                     reinterpret_cast<bf16*>(at(scratch)), compute);
+                // The call's query rows: the piece, rows of it (one head), or the copied slice.
+                const bool copied = BH > 1 && call.query_count != query_rows;
+                auto query_side = [&](const auto* tensor, int64_t width, size_t scratch) {
+                    using T = std::remove_const_t<std::remove_pointer_t<decltype(tensor)>>;
+                    return copied ? reinterpret_cast<const T*>(at(scratch))
+                                  : tensor + plan.piece_start(r, call.query_piece, width) + call.query_begin * width;
                 };
-                const bf16* q_call = query_side(q[size_t(r)], q_rows_at);
-                const bf16* o_call = query_side(o[size_t(r)], o_rows_at);
-                const bf16* do_call = query_side(dout[size_t(r)], do_rows_at);
-                const float* lse_call = call_rows(lse[size_t(r)] + plan.piece_start(r, call.query_piece, 1), query_rows,
-                                                  call.query_begin, call.query_count, BH, int64_t(1),
-                                                  reinterpret_cast<float*>(at(lse_rows_at)), compute);
+                const bf16* q_call = query_side(q[size_t(r)], D, q_rows_at);
+                const bf16* o_call = query_side(o[size_t(r)], D, o_rows_at);
+                const bf16* do_call = query_side(dout[size_t(r)], D, do_rows_at);
+                const float* lse_call = query_side(lse[size_t(r)], int64_t(1), lse_rows_at);
                 const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
                 const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
                 const bf16* k_call = call_rows(block.k + key_start, key_rows, call.key_begin, call.key_count, BH, D,

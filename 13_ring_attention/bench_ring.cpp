@@ -6,9 +6,11 @@
 //                           [--baseline-len 65536]
 //   bench_13_ring_attention --print-header      the CSV's header line alone
 //
-// How it times: the ring's call is synchronous on the host (every GPU's thread joins), so a
-// call is timed by the host clock from its start to the last GPU's end: what a training step
-// waits for. One warm-up call, then --repeats timed calls; median and min. Stage 11 alone is
+// How it times (time_rounds): after a warm-up call of each, --repeats rounds of the ring's call,
+// stage 11's and the ring's again. The ring's call is synchronous on the host (every GPU's thread
+// joins), so it is timed by the host clock from its start to the last GPU's end: what a training
+// step waits for; median_ms and min_ms are of its first call in each round, aa_median_ms the
+// median of its second, the A/A check (bench/ring_table.py prints their ratio). Stage 11 alone is
 // timed with CUDA events on GPU 0 at --baseline-len (default: the ring's tokens per GPU, N / P,
 // capped at 131072 so that one call stays under a few seconds), same batch, heads, head dim and
 // mask. Per GPU, a ring step is one such square (contiguous sharding) or pieces of it: stage 11's
@@ -62,7 +64,7 @@ Options parse(int argc, char** argv) {
         const std::string flag = argv[i];
         if (flag == "--print-header") {
             std::printf("gpu,gpus,sharding,batch,heads,len,head_dim,causal,pass,median_ms,min_ms,tflops_per_gpu,"
-                        "baseline_len,baseline_ms,baseline_tflops,efficiency,nccl,status\n");
+                        "baseline_len,baseline_ms,baseline_tflops,efficiency,aa_median_ms,nccl,status\n");
             std::exit(0);
         }
         if (i + 1 >= argc) usage(flag + " needs a value");
@@ -114,34 +116,47 @@ void fill_random(bf16* data, int64_t count, uint64_t seed) {
     CUDA_CHECK_LAUNCH();
 }
 
-template <class Call>
-std::pair<double, double> time_host(Call call, int repeats) {
-    call();  // warm-up
-    std::vector<double> ms;
-    for (int i = 0; i < repeats; ++i) {
-        const auto start = std::chrono::steady_clock::now();
-        call();
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(ms.begin(), ms.end());
-    return {ms[ms.size() / 2], ms.front()};
-}
+struct Timings {
+    std::vector<double> ring, baseline, again;  // per round, ms
+};
 
-template <class Call>
-std::pair<double, double> time_events(Call call, int repeats) {
-    call();
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<double> ms;
+double median(std::vector<double> values) {
+    std::sort(values.begin(), values.end());
+    return values[values.size() / 2];
+}
+double least(const std::vector<double>& values) { return *std::min_element(values.begin(), values.end()); }
+
+// The benchmark's method: after one warm-up call of each, `rounds` rounds of the ring's call,
+// stage 11's call on GPU 0 and the ring's call again, so that the ring and its baseline meet the
+// same clocks and temperatures, and the ring's second call, timed the same way as its first, is
+// the A/A check: two copies of one call, whose medians must agree. The ring's call is
+// synchronous on the host (every GPU's thread joins) and timed by the host clock, from its start
+// to the last GPU's end, as a training step waits for it; stage 11's by CUDA events on GPU 0.
+template <class Ring, class Baseline>
+Timings time_rounds(Ring ring, Baseline baseline, int rounds) {
     EventPair events;
-    for (int i = 0; i < repeats; ++i) {
+    auto host_ms = [&] {
+        const auto start = std::chrono::steady_clock::now();
+        ring();
+        return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    };
+    auto event_ms = [&] {
+        CUDA_CHECK(cudaSetDevice(0));
         CUDA_CHECK(cudaEventRecord(events.start));
-        call();
+        baseline();
         CUDA_CHECK(cudaEventRecord(events.stop));
         CUDA_CHECK(cudaEventSynchronize(events.stop));
-        ms.push_back(events.milliseconds());
+        return double(events.milliseconds());
+    };
+    host_ms();
+    event_ms();
+    Timings timings;
+    for (int i = 0; i < rounds; ++i) {
+        timings.ring.push_back(host_ms());
+        timings.baseline.push_back(event_ms());
+        timings.again.push_back(host_ms());
     }
-    std::sort(ms.begin(), ms.end());
-    return {ms[ms.size() / 2], ms.front()};
+    return timings;
 }
 
 }  // namespace
@@ -202,32 +217,33 @@ int main(int argc, char** argv) {
         for (const std::string pass : {"fwd", "bwd"}) {
             if (options.pass != "both" && options.pass != pass) continue;
             const bool is_forward = pass == "fwd";
-            std::pair<double, double> ring_ms, base_ms;
+            Timings timings;
             if (is_forward) {
-                ring_ms = time_host(forward, options.repeats);
-                CUDA_CHECK(cudaSetDevice(0));
-                base_ms = time_events([&] { attention_forward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), base); },
-                                      options.repeats);
+                timings = time_rounds(forward, [&] {
+                    attention_forward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), base);
+                }, options.repeats);
             } else {
                 forward();
-                ring_ms = time_host(backward, options.repeats);
                 CUDA_CHECK(cudaSetDevice(0));
                 attention_forward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), base);
                 DeviceBuffer<bf16> bdq(size_t(base.q_elements())), bdk(size_t(base.kv_elements())),
                     bdv(size_t(base.kv_elements()));
-                base_ms = time_events([&] {
+                timings = time_rounds(backward, [&] {
                     attention_backward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), bdo.data(), bdq.data(),
                                        bdk.data(), bdv.data(), base);
                 }, options.repeats);
             }
+            const std::pair<double, double> ring_ms{median(timings.ring), least(timings.ring)};
+            const std::pair<double, double> base_ms{median(timings.baseline), least(timings.baseline)};
             const double flops = is_forward ? forward_flops(whole) : backward_flops(whole);
             const double base_flops = is_forward ? forward_flops(base) : backward_flops(base);
             const double per_gpu = flops / P / (ring_ms.first * 1e-3) / 1e12;
             const double base_tflops = base_flops / (base_ms.first * 1e-3) / 1e12;
-            std::printf("%s,%d,%s,%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.2f,%d,%.4f,%.2f,%.4f,%s,ok\n", properties.name, P,
-                        sharding_name(sharding), whole.batch, whole.heads, whole.len_q, whole.head_dim,
+            std::printf("%s,%d,%s,%d,%d,%d,%d,%d,%s,%.4f,%.4f,%.2f,%d,%.4f,%.2f,%.4f,%.4f,%s,ok\n", properties.name,
+                        P, sharding_name(sharding), whole.batch, whole.heads, whole.len_q, whole.head_dim,
                         int(whole.causal), pass.c_str(), ring_ms.first, ring_ms.second, per_gpu, base_len,
-                        base_ms.first, base_tflops, per_gpu / base_tflops, ring_nccl_version().c_str());
+                        base_ms.first, base_tflops, per_gpu / base_tflops, median(timings.again),
+                        ring_nccl_version().c_str());
             std::fflush(stdout);
         }
         for (int r = 0; r < P; ++r) {
@@ -241,7 +257,7 @@ int main(int argc, char** argv) {
         // One row that says why (too large for the GPUs' memory, say), then a failing status.
         std::string why = error.what();
         std::replace(why.begin(), why.end(), ',', ';');
-        std::printf("-,%d,%s,%d,%d,%d,%d,%d,%s,,,,,,,,,skipped: %s\n", options.gpus, options.sharding.c_str(),
+        std::printf("-,%d,%s,%d,%d,%d,%d,%d,%s,,,,,,,,,,skipped: %s\n", options.gpus, options.sharding.c_str(),
                     options.batch, options.heads, options.len, options.head_dim, int(options.causal),
                     options.pass.c_str(), why.c_str());
         return 1;

@@ -160,17 +160,18 @@ std::vector<BlockCall> block_calls(const Shard& queries, const Shard& keys, bool
             }
             // Striped: query i sits at q.first + i S, key j at k.first + j S, so key j is seen
             // iff j <= i + floor((q.first - k.first) / S): on the diagonal (shift 0) or
-            // strictly below it (shift -1: a later GPU's tokens).
+            // strictly below it (shift -1: a later GPU's tokens), where the query rows from 1 on
+            // make the causal call. Either call takes the whole key piece: a key past the last
+            // query row (a piece may hold one token more than another) is hidden by the causal
+            // mask anyway, and a whole piece is never copied. Only the shifted query rows are a
+            // slice of their piece (attention.cu gathers them once per ring call).
             const int64_t shift = floor_div(q.first - k.first, q.stride);
             call.causal = true;
-            if (shift == 0) {
-                call.key_count = std::min(k.length, q.length);
-            } else if (shift == -1) {
+            if (shift == -1) {
                 call.query_begin = 1;
                 call.query_count = q.length - 1;
-                call.key_count = std::min(k.length, q.length - 1);
-                if (call.query_count <= 0 || call.key_count <= 0) continue;
-            } else {
+                if (call.query_count <= 0) continue;
+            } else if (shift != 0) {
                 throw std::logic_error("block_calls: striped pieces more than a stride apart");
             }
             calls.push_back(call);

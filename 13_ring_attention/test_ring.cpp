@@ -313,6 +313,37 @@ TEST_CASE("ring calls: over all steps every attended (query, key) pair is comput
     CHECK((later[0].query_piece == 1 && later[1].query_piece == 1 && !later[1].causal));
 }
 
+TEST_CASE("ring calls: keys are whole pieces, and a GPU's calls take one slice of query rows at most") {
+    // What attention.cu relies on: no key piece is ever copied, and the one query slice (striped's
+    // shifted rows, from step 1 on) is copied once per ring call, while step 0 computes.
+    for (Sharding sharding : kShardings)
+        for (bool causal : {false, true})
+            for (int P : {1, 2, 3, 4, 8})
+                for (int64_t N : {int64_t(1), int64_t(7), int64_t(16), int64_t(17), int64_t(41), int64_t(1031)}) {
+                    INFO(std::string(sharding_name(sharding)), " P=", P, " N=", N,
+                         std::string(causal ? " causal" : ""));
+                    const std::vector<Shard> shards = make_shards(sharding, N, P);
+                    for (int r = 0; r < P; ++r) {
+                        std::vector<std::pair<int64_t, int64_t>> slices;  // (begin, count) of partial query rows
+                        for (int step = 0; step < P; ++step) {
+                            const int s = block_owner(r, step, P);
+                            for (const BlockCall& call : block_calls(shards[size_t(r)], shards[size_t(s)], causal)) {
+                                const Piece& qp = shards[size_t(r)].pieces[size_t(call.query_piece)];
+                                const Piece& kp = shards[size_t(s)].pieces[size_t(call.key_piece)];
+                                CHECK(call.key_begin == 0);
+                                CHECK(call.key_count == kp.length);
+                                if (call.query_count == qp.length) continue;
+                                CHECK(step > 0);  // the GPU's own block: whole pieces
+                                if (std::find(slices.begin(), slices.end(),
+                                              std::pair{call.query_begin, call.query_count}) == slices.end())
+                                    slices.emplace_back(call.query_begin, call.query_count);
+                            }
+                        }
+                        CHECK(slices.size() <= 1);
+                    }
+                }
+}
+
 // ---- the ring simulated on the host ---------------------------------------------------------
 
 TEST_CASE("ring simulated: forward on P virtual GPUs equals the FP64 reference on the whole sequence") {

@@ -15,7 +15,7 @@ files it was drawn from, so that rows of different runs are never taken for one 
 import argparse
 import sys
 
-from ring_table import TARGET, TORCH, efficiency, read_rows
+from ring_table import TARGET, TORCH, collapse_rounds, efficiency, read_rows
 
 import matplotlib
 
@@ -71,7 +71,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--title", default="Ring attention, per GPU against one GPU")
     arguments = parser.parse_args()
-    rows = read_rows(arguments.csv)
+    rows = collapse_rounds(read_rows(arguments.csv))
     if not rows:
         print("ring_plots: no row with status ok", file=sys.stderr)
         return 1

@@ -4,10 +4,13 @@
 #      GPUs;
 #   2. for each GPU count P of RING_GPUS that the machine has, each per-GPU length L of
 #      RING_TOKENS_PER_GPU and each sharding and mask (zigzag and striped causal, contiguous
-#      non-causal): the ring over P GPUs at N = P * L tokens, forward and backward, beside stage 11
-#      alone on GPU 0 at L tokens (bench_13_ring_attention's default baseline); and, where PyTorch
-#      imports, PyTorch's context parallelism at the same N and mask (bench/torch_context_parallel.py,
-#      one process per GPU), so that each of its rows sits beside the ring's from the same run;
+#      non-causal): the ring over P GPUs at N = P * L tokens, forward and backward, in rounds with
+#      stage 11 alone on GPU 0 at L tokens (bench_13_ring_attention's default baseline) and with a
+#      second call of the ring, its A/A check; and, where PyTorch imports, PyTorch's context
+#      parallelism at the same N and mask (bench/torch_context_parallel.py, one process per GPU),
+#      so that each of its rows sits beside the ring's from the same run: after the ring's rows,
+#      and at the first length before them too (two rounds; bench/ring_table.py takes the median
+#      and prints their spread);
 #   3. writes bench/results/<gpu>/ring/: per GPU count ring-xP.csv, its table table-xP.txt
 #      (bench/ring_table.py) and system-xP.txt, and scaling.png (bench/ring_plots.py, over every
 #      ring-x*.csv of the folder; the figure names its files).
@@ -52,28 +55,38 @@ mkdir -p "$DEST"
 WORK=$(mktemp -d "$ROOT/bench/results/.ring-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 
+# PyTorch's context parallelism at P GPUs and N tokens, causal and not, rows appended to CSV.
+torch_rows() {
+    local P=$1 N=$2 CSV=$3 causal
+    [ "$TORCH" = 1 ] || return 0
+    for causal in 1 0; do
+        echo "== $P GPUs, $N tokens, PyTorch's context parallelism, causal $causal"
+        if ! "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$P" \
+                bench/torch_context_parallel.py --len "$N" --heads "$HEADS" --head-dim "$HEAD_DIM" \
+                --causal "$causal" --repeats "$REPEATS" --csv "$CSV" 2>"$WORK/torch-x$P.log"; then
+            echo "   (failed; the last lines of its log:)"
+            tail -n 3 "$WORK/torch-x$P.log"
+        fi
+    done
+}
+
+FIRST=${TOKENS%% *}
 for P in $COUNTS; do
     if [ "$P" -gt "$VISIBLE" ]; then echo "== $P GPUs: skipped ($VISIBLE visible)"; continue; fi
     CSV=$WORK/ring-x$P.csv
     "$BENCH" --print-header >"$CSV"
     for L in $TOKENS; do
         N=$((P * L))
+        # At the first (shortest) length, where the ring's lead over PyTorch is thinnest, PyTorch
+        # runs before the ring's rows as well as after: two rounds, whose spread is its A/A.
+        [ "$L" = "$FIRST" ] && torch_rows "$P" "$N" "$CSV"
         for setting in "zigzag 1" "striped 1" "contiguous 0"; do
             read -r sharding causal <<<"$setting"
             echo "== $P GPUs, $N tokens, $sharding, causal $causal"
             "$BENCH" --gpus "$P" --sharding "$sharding" --causal "$causal" --len "$N" --heads "$HEADS" \
                 --head-dim "$HEAD_DIM" --repeats "$REPEATS" | tee -a "$CSV"
         done
-        [ "$TORCH" = 1 ] || continue
-        for causal in 1 0; do
-            echo "== $P GPUs, $N tokens, PyTorch's context parallelism, causal $causal"
-            if ! "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$P" \
-                    bench/torch_context_parallel.py --len "$N" --heads "$HEADS" --head-dim "$HEAD_DIM" \
-                    --causal "$causal" --repeats "$REPEATS" --csv "$CSV" 2>"$WORK/torch-x$P.log"; then
-                echo "   (failed; the last lines of its log:)"
-                tail -n 3 "$WORK/torch-x$P.log"
-            fi
-        done
+        torch_rows "$P" "$N" "$CSV"
     done
     {
         echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"

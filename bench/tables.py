@@ -113,6 +113,7 @@ FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (hal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from schema import BASELINES, STAGES, read_sweeps  # noqa: E402,F401  (the one parser of bench/sweeps.txt)
+from ring_table import TORCH, collapse_rounds, read_rows  # noqa: E402  (the ring CSVs' one reader)
 
 
 def read_results(path):
@@ -668,10 +669,9 @@ def ring_value(spec):
     if len(words) < 3:
         raise SystemExit(f"value:{spec}: want ring CSV [KEY=VALUE ...] FIELD")
     path, conditions, (field, _, digits) = words[1], words[2:-1], words[-1].partition(":")
-    with open(os.path.join(ROOT, path), newline="") as ring_file:
-        rows = [row for row in csv.DictReader(ring_file) if row["status"] == "ok"]
+    rows = collapse_rounds(read_rows([os.path.join(ROOT, path)]))
     torch = {(row["gpus"], row["len"], row["causal"], row["pass"]): float(row["median_ms"])
-             for row in rows if row["sharding"].startswith("torch")}
+             for row in rows if row["sharding"].startswith(TORCH)}
     chosen = [row for row in rows if not row["sharding"].startswith("torch")]
     for condition in conditions:
         key, _, wanted = condition.partition("=")

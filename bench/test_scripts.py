@@ -485,6 +485,30 @@ class RingTable(unittest.TestCase):
             finally:
                 sys.argv = argv
 
+    def test_rounds_and_the_aa_column(self):
+        """PyTorch timed in two rounds is one row at the median of the two, with their spread
+        under the table; the ring's A/A column is its second call's median over its first's."""
+        header = self.HEADER.replace("efficiency,nccl", "efficiency,aa_median_ms,nccl")
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "ring.csv")
+            with open(path, "w") as out:
+                out.write("\n".join([
+                    header,
+                    "H,2,torch_cp_allgather,1,32,65536,128,1,fwd,30.0,29.0,580.0,,,,,,n,ok",
+                    "H,2,zigzag,1,32,65536,128,1,fwd,29.0,28.9,600.0,32768,12.0,650.0,0.923,29.29,n,ok",
+                    "H,2,torch_cp_allgather,1,32,65536,128,1,fwd,32.0,31.0,540.0,,,,,,n,ok"]) + "\n")
+            rows = ring_table.collapse_rounds(ring_table.read_rows([path]))
+            torch = [r for r in rows if r["sharding"].startswith(ring_table.TORCH)]
+            self.assertEqual(len(torch), 1)
+            self.assertEqual((float(torch[0]["median_ms"]), torch[0]["rounds"]), (31.0, 2))
+            lines = ring_table.table(path).splitlines()
+            zigzag = [line for line in lines if " zigzag " in line][0]
+            self.assertIn(" 1.010 ", zigzag)                 # A/A: 29.29 / 29.0
+            self.assertTrue(zigzag.endswith("1.069x"))       # 31.0 / 29.0
+            self.assertTrue(any("A/A" in line and "1 within 2%" in line for line in lines))
+            self.assertTrue(any("2 rounds" in line and "1.067" in line for line in lines))  # 32 / 30
+            self.assertEqual(ring_table.aa_ratio({"median_ms": "10", "aa_median_ms": ""}), None)
+
 
 if __name__ == "__main__":
     unittest.main()

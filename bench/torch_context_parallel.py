@@ -95,7 +95,7 @@ def main():
     def row(pass_name, median_ms="", min_ms="", tflops="", status="ok"):
         return ",".join(map(str, [gpu, world, sharding, arguments.batch, arguments.heads,
                                   arguments.len, arguments.head_dim, arguments.causal, pass_name,
-                                  median_ms, min_ms, tflops, "", "", "", "",
+                                  median_ms, min_ms, tflops, "", "", "", "", "",
                                   f"{nccl} (torch {torch.__version__})", status]))
 
     def emit(lines):
