@@ -11,11 +11,14 @@
 //
 // Stage 11's kernels are not copied here: its object (build/11_hopper_backward/obj/attention.o)
 // is linked, and this file calls its C++ contract, attention_forward and attention_backward.
-// One process drives every GPU: one host thread each, one NCCL communicator each
-// (ncclCommInitAll). Nothing here has run on a GPU yet (lab notes 13).
+// One process drives every GPU: one host thread each (made with the ring, kept for its life),
+// one NCCL communicator each (ncclCommInitAll).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <climits>
 #include <cstdlib>
 #include <cstdint>
@@ -250,6 +253,74 @@ private:
 
 // ---- the ring's GPUs --------------------------------------------------------------------------
 
+// One host thread per GPU for the ring's life: made with the ring, each sets its GPU once and
+// then waits for work. A thread made per call instead spent milliseconds before its first
+// launch on the device machines (lab notes 13, "Where a call's time went"), about as long as the
+// merges of a 32K-token step.
+class Workers {
+public:
+    explicit Workers(const std::vector<int>& devices) : errors_(devices.size()) {
+        for (size_t r = 0; r < devices.size(); ++r) threads_.emplace_back([this, r, id = devices[r]] { serve(int(r), id); });
+    }
+    ~Workers() {
+        {
+            const std::lock_guard<std::mutex> lock(mutex_);
+            stop_ = true;
+        }
+        work_ready_.notify_all();
+        for (std::thread& thread : threads_) thread.join();
+    }
+    Workers(const Workers&) = delete;
+    Workers& operator=(const Workers&) = delete;
+
+    // Runs job(r) on every GPU's thread and waits for all of them; the failures, per GPU.
+    std::vector<std::exception_ptr> run(const std::function<void(int)>& job) {
+        std::unique_lock<std::mutex> lock(mutex_);
+        job_ = &job;
+        pending_ = threads_.size();
+        std::fill(errors_.begin(), errors_.end(), nullptr);
+        ++generation_;
+        work_ready_.notify_all();
+        work_done_.wait(lock, [&] { return pending_ == 0; });
+        job_ = nullptr;
+        return errors_;
+    }
+
+private:
+    void serve(int r, int device) {
+        uint64_t seen = 0;
+        for (;;) {
+            const std::function<void(int)>* job = nullptr;
+            {
+                std::unique_lock<std::mutex> lock(mutex_);
+                work_ready_.wait(lock, [&] { return stop_ || generation_ != seen; });
+                if (stop_) return;
+                seen = generation_;
+                job = job_;
+            }
+            std::exception_ptr error;
+            try {
+                CUDA_CHECK(cudaSetDevice(device));
+                (*job)(r);
+            } catch (...) {
+                error = std::current_exception();
+            }
+            const std::lock_guard<std::mutex> lock(mutex_);
+            errors_[size_t(r)] = error;
+            if (--pending_ == 0) work_done_.notify_all();
+        }
+    }
+
+    std::mutex mutex_;
+    std::condition_variable work_ready_, work_done_;
+    const std::function<void(int)>* job_ = nullptr;
+    uint64_t generation_ = 0;
+    size_t pending_ = 0;
+    bool stop_ = false;
+    std::vector<std::exception_ptr> errors_;
+    std::vector<std::thread> threads_;
+};
+
 struct RingDevices {
     struct Device {
         int id = 0;
@@ -259,30 +330,26 @@ struct RingDevices {
                                              // blocks get SMs while the attention grid is resident
     };
     std::vector<Device> devices;
+    std::unique_ptr<Workers> workers;  // one host thread per GPU
     std::atomic<bool> failed{false};  // a worker has thrown: the others stop waiting
     bool broken = false;              // the communicators were aborted
 
-    // Runs work(r) on one host thread per GPU (after cudaSetDevice), joins them, and rethrows
-    // the first failure, after aborting the communicators so that no GPU waits for a peer.
+    // Runs work(r) on every GPU's thread, waits for them, and rethrows the first failure, after
+    // aborting the communicators so that no GPU waits for a peer.
     template <class Work>
     void run_on_every_gpu(Work work) {
         if (broken)
             throw std::runtime_error("ring attention: an earlier call failed and aborted the communicators; "
                                      "make a new RingAttention");
         failed = false;
-        std::vector<std::exception_ptr> errors(devices.size());
-        std::vector<std::thread> threads;
-        for (size_t r = 0; r < devices.size(); ++r)
-            threads.emplace_back([&, r] {
-                try {
-                    CUDA_CHECK(cudaSetDevice(devices[r].id));
-                    work(int(r));
-                } catch (...) {
-                    errors[r] = std::current_exception();
-                    failed = true;
-                }
-            });
-        for (std::thread& thread : threads) thread.join();
+        const std::vector<std::exception_ptr> errors = workers->run([&](int r) {
+            try {
+                work(r);
+            } catch (...) {
+                failed = true;
+                throw;
+            }
+        });
         for (const std::exception_ptr& error : errors)
             if (error) {
                 for (Device& device : devices) ncclCommAbort(device.comm);
@@ -549,6 +616,7 @@ RingAttention::RingAttention(const std::vector<int>& devices) : ring_(std::make_
         CUDA_CHECK(cudaStreamCreateWithFlags(&device.compute, cudaStreamNonBlocking));
         CUDA_CHECK(cudaStreamCreateWithPriority(&device.comm_stream, cudaStreamNonBlocking, greatest));
     }
+    ring_->workers = std::make_unique<Workers>(devices);
     // One small exchange round the ring now, so that NCCL connects the neighbours here and not
     // inside the first timed (or failing) call.
     if (devices.size() > 1)

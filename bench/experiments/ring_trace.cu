@@ -9,7 +9,8 @@
 //       --heads 32 --head-dim 128 --causal 1 --pass fwd --calls 3 --out trace.csv
 //
 // CSV columns: call (0-based, -1 outside a timed call), device, stream, kind (kernel, memcpy,
-// memset, host_call: the call as the host saw it, device -1), name, start_ns, end_ns.
+// memset; host_call: the call as the host saw it, device -1; runtime, driver: a CUDA API call,
+// device -2, stream the host thread), name, start_ns, end_ns.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -61,6 +62,15 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
             records.push_back({int(m->deviceId), m->streamId, "memcpy", std::to_string(m->bytes) + " bytes", m->start,
                                m->end});
+        } else if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME || record->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+            // A host API call: device -2, stream = the thread.
+            const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+            const char* name = nullptr;
+            cuptiGetCallbackName(record->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? CUPTI_CB_DOMAIN_RUNTIME_API
+                                                                            : CUPTI_CB_DOMAIN_DRIVER_API,
+                                 a->cbid, &name);
+            records.push_back({-2, a->threadId, record->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? "runtime" : "driver",
+                               name ? name : "?", a->start, a->end});
         } else if (record->kind == CUPTI_ACTIVITY_KIND_MEMSET) {
             const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
             records.push_back({int(m->deviceId), m->streamId, "memset", std::to_string(m->bytes) + " bytes", m->start,
@@ -100,6 +110,10 @@ int main(int argc, char** argv) {
         const Sharding sharding = parse_sharding(option(argc, argv, "--sharding", "zigzag"));
         if (pass != "fwd" && pass != "bwd") throw std::invalid_argument("--pass fwd|bwd");
 
+        // --keep-pool 1: every GPU's stream-ordered pool keeps what it holds instead of releasing
+        // it at each synchronization (the release threshold at its maximum): does the time a
+        // call spends before its first kernel come from re-mapping the workspace?
+        const bool keep_pool = std::stoi(option(argc, argv, "--keep-pool", "0")) != 0;
         const AttentionShape whole = make_shape(1, heads, len, len, head_dim, causal);
         std::vector<int> gpus(static_cast<size_t>(P));
         for (int r = 0; r < P; ++r) gpus[size_t(r)] = r;
@@ -112,6 +126,12 @@ int main(int argc, char** argv) {
         std::vector<float*> lse(count);
         for (int r = 0; r < P; ++r) {
             CUDA_CHECK(cudaSetDevice(r));
+            if (keep_pool) {
+                cudaMemPool_t pool;
+                CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, r));
+                uint64_t threshold = UINT64_MAX;
+                CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+            }
             const int64_t elements = BH * shards[size_t(r)].length() * head_dim;
             int seed = 1;
             for (bf16** tensor : {&q[size_t(r)], &k[size_t(r)], &v[size_t(r)], &o[size_t(r)], &dout[size_t(r)],
@@ -132,8 +152,8 @@ int main(int argc, char** argv) {
         for (int i = 0; i < 2; ++i) pass == "fwd" ? forward() : backward();  // warm-up
 
         cupti_check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "register");
-        for (CUpti_ActivityKind kind :
-             {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET})
+        for (CUpti_ActivityKind kind : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                        CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER})
             cupti_check(cuptiActivityEnable(kind), "enable");
         std::vector<std::pair<uint64_t, uint64_t>> host;
         for (int i = 0; i < calls; ++i) {

@@ -16,7 +16,7 @@ import csv
 import statistics
 import sys
 
-KINDS = [("attention", ("flash", "attention")), ("merge", ("merge",)), ("gather", ("gather_rows",)),
+KINDS = [("attention", ("flash",)), ("merge", ("merge",)), ("gather", ("gather_rows",)),
          ("add", ("add_rows",)), ("convert", ("to_bf16",))]
 
 
@@ -60,7 +60,8 @@ def overlap(a, b):
 def summarize(path):
     rows = list(csv.DictReader(open(path)))
     calls = {int(r["call"]): (int(r["start_ns"]), int(r["end_ns"])) for r in rows if r["kind"] == "host_call"}
-    work = [r for r in rows if r["kind"] != "host_call" and int(r["call"]) >= 0]
+    api = [r for r in rows if r["kind"] in ("runtime", "driver") and int(r["call"]) >= 0]
+    work = [r for r in rows if r["kind"] not in ("host_call", "runtime", "driver") and int(r["call"]) >= 0]
     devices = sorted({int(r["device"]) for r in work})
     lines = [f"== {path}: {len(calls)} calls, {len(work)} records on GPUs {devices}"]
     host_ms = [(end - start) / 1e6 for start, end in calls.values()]
@@ -100,6 +101,24 @@ def summarize(path):
                      f"{mean['add']:>7.3f} {mean['convert']:>7.3f} {mean['other']:>7.3f} {mean['idle']:>7.3f} "
                      f"{mean['head']:>7.3f} {mean['tail']:>7.3f} {mean['nccl']:>7.3f} {mean['under']:>8.3f} "
                      f"{mean['count']:>11.0f}")
+    slow = {}
+    for r in api:
+        slow.setdefault((r["kind"], r["name"]), []).append((int(r["end_ns"]) - int(r["start_ns"])) / 1e6)
+    lines.append("host API calls, all threads (the GPUs' workers run in parallel), per call: count, total ms, "
+                 "longest ms (the 12 largest totals)")
+    for (kind, name), times in sorted(slow.items(), key=lambda item: -sum(item[1]))[:12]:
+        lines.append(f"  {len(times) / max(1, len(calls)):>7.1f} {sum(times) / max(1, len(calls)):>9.3f} "
+                     f"{max(times):>9.3f}  {kind:<8} {name}")
+    if api:  # the last call, thread by thread: where each worker's time went between API calls
+        last = max(calls)
+        start = calls[last][0]
+        lines.append(f"call {last}, each host thread's API calls (offset from the call's start, duration, ms):")
+        for thread in sorted({r["stream"] for r in api if int(r["call"]) == last}):
+            mine = sorted((r for r in api if int(r["call"]) == last and r["stream"] == thread),
+                          key=lambda r: int(r["start_ns"]))
+            lines.append(f"  thread {thread}: " + "; ".join(
+                f"{(int(r['start_ns']) - start) / 1e6:.3f} {r['name'].split('_v')[0]} "
+                f"{(int(r['end_ns']) - int(r['start_ns'])) / 1e6:.3f}" for r in mine))
     names = {}
     for r in work:
         key = (kind_of(r["name"]), r["name"][:90])
