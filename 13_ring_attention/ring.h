@@ -77,7 +77,8 @@ struct BlockCall {
 // of them, or under the causal mask those with key position <= query position. Blocks entirely
 // above the diagonal make no call; a piece against itself is one causal call; striped tokens of a
 // later GPU are seen strictly below the diagonal, which is the causal call with the first query
-// row and the last key dropped.
+// row dropped (the key piece stays whole: the mask hides a key past the last query row). Every
+// call takes whole key pieces.
 std::vector<BlockCall> block_calls(const Shard& queries, const Shard& keys, bool causal);
 
 // The (query, key) pairs one call computes.

@@ -116,9 +116,17 @@ def summarize(path):
         for thread in sorted({r["stream"] for r in api if int(r["call"]) == last}):
             mine = sorted((r for r in api if int(r["call"]) == last and r["stream"] == thread),
                           key=lambda r: int(r["start_ns"]))
+            runs = []  # consecutive calls of one function as one entry: polling is hundreds
+            for r in mine:
+                name = r["name"].split("_v")[0]
+                begin, end = (int(r["start_ns"]) - start) / 1e6, (int(r["end_ns"]) - start) / 1e6
+                if runs and runs[-1][0] == name:
+                    runs[-1][2], runs[-1][3] = end, runs[-1][3] + 1
+                else:
+                    runs.append([name, begin, end, 1])
             lines.append(f"  thread {thread}: " + "; ".join(
-                f"{(int(r['start_ns']) - start) / 1e6:.3f} {r['name'].split('_v')[0]} "
-                f"{(int(r['end_ns']) - int(r['start_ns'])) / 1e6:.3f}" for r in mine))
+                f"{begin:.3f} {name}" + (f" x{count} to {end:.3f}" if count > 1 else f" {end - begin:.3f}")
+                for name, begin, end, count in runs))
     names = {}
     for r in work:
         key = (kind_of(r["name"]), r["name"][:90])
