@@ -382,10 +382,6 @@ struct RingPlan {
 
     int64_t largest_piece = 0;  // rows of the longest piece of any GPU
     size_t most_calls = 0;      // calls of the busiest step
-    // Some call takes part of a query piece, or of a key piece, and batch * heads > 1, so that
-    // the rows are no contiguous tensor: they are copied (block_calls makes only striped's
-    // shifted query rows so, and never keys).
-    bool gathers_queries = false, gathers_keys = false;
 
     RingPlan(const AttentionShape& shape, Sharding sharding, int gpus)
         : whole(shape), shards(make_shards(sharding, shape.len_q, gpus)),
@@ -396,13 +392,11 @@ struct RingPlan {
             for (int step = 0; step < devices; ++step) {
                 const std::vector<BlockCall> step_calls = calls(r, step);
                 most_calls = std::max(most_calls, step_calls.size());
-                for (const BlockCall& call : step_calls) {
-                    gathers_queries = gathers_queries ||
-                                      (batch_heads > 1 && call.query_count != piece_rows(r, call.query_piece));
-                    gathers_keys = gathers_keys ||
-                                   (batch_heads > 1 &&
-                                    call.key_count != piece_rows(block_owner(r, step, devices), call.key_piece));
-                }
+                // Every call takes whole key pieces (block_calls): the block in hand is the
+                // calls' K and V as it is, never a copy.
+                for (const BlockCall& call : step_calls)
+                    if (call.key_begin != 0 || call.key_count != piece_rows(block_owner(r, step, devices), call.key_piece))
+                        throw std::logic_error("ring attention: a call takes part of a key piece");
             }
     }
 
@@ -454,18 +448,6 @@ struct RingPlan {
                           whole.head_dim, call.causal, whole.softmax_scale());
     }
 };
-
-// Rows [begin, begin + count) of a piece as the contiguous tensor the contract takes: the piece
-// itself when the call takes all of it, or when one (batch, head) makes any run of rows
-// contiguous; else a copy into `scratch`.
-template <class T>
-const T* call_rows(const T* piece, int64_t piece_rows, int64_t begin, int64_t count, int64_t batch_heads,
-                   int64_t width, T* scratch, cudaStream_t stream) {
-    if (begin == 0 && count == piece_rows) return piece;
-    if (batch_heads == 1) return piece + begin * width;
-    gather_rows(scratch, piece, batch_heads, piece_rows, begin, count, width, stream);
-    return scratch;
-}
 
 // Byte offsets into one workspace, each region 256-byte aligned.
 struct Regions {
@@ -701,8 +683,7 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         const RingPlan::Slice slice = plan.query_slice(r);
 
         // Two block buffers (K then V), the FP32 accumulators, the partial results of a step's
-        // calls on one query piece, and the copied query rows (and key rows, which block_calls
-        // never makes).
+        // calls on one query piece, and the copied query rows.
         Regions regions;
         const size_t block_at[2] = {regions.add(2 * BH * largest * D * sizeof(bf16)),
                                     regions.add(2 * BH * largest * D * sizeof(bf16))};
@@ -715,9 +696,6 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
             lse_part_at[p] = regions.add(BH * piece * sizeof(float));
         }
         const size_t q_rows_at = regions.add(BH * slice.count * D * sizeof(bf16));
-        const int64_t key_scratch = plan.gathers_keys ? piece : 0;
-        const size_t k_rows_at = regions.add(BH * key_scratch * D * sizeof(bf16));
-        const size_t v_rows_at = regions.add(BH * key_scratch * D * sizeof(bf16));
         Workspace workspace(regions.total, compute);
         char* base = workspace.as<char>();
         auto at = [&](size_t offset) { return base + offset; };
@@ -757,12 +735,8 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                 const bool whole = call.query_count == piece_rows;
                 const bf16* q_call = BH > 1 && !whole ? reinterpret_cast<const bf16*>(at(q_rows_at))  // the copied slice
                                                       : q[size_t(r)] + plan.piece_start(r, p, D) + call.query_begin * D;
-                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
-                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
-                const bf16* k_call = call_rows(block.k + key_start, key_rows, call.key_begin, call.key_count, BH, D,
-                                               reinterpret_cast<bf16*>(at(k_rows_at)), compute);
-                const bf16* v_call = call_rows(block.v + key_start, key_rows, call.key_begin, call.key_count, BH, D,
-                                               reinterpret_cast<bf16*>(at(v_rows_at)), compute);
+                const bf16* k_call = block.k + plan.piece_start(owner, call.key_piece, D);  // whole pieces
+                const bf16* v_call = block.v + plan.piece_start(owner, call.key_piece, D);
                 if (alone && whole) {
                     attention_forward(q_call, k_call, v_call, o[size_t(r)] + plan.piece_start(r, p, D),
                                       lse[size_t(r)] + plan.piece_start(r, p, 1), plan.call_shape(call), compute);
@@ -847,7 +821,7 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         // their transfer overlaps the step's backward (at most four: zigzag's two pieces against
         // the block's two).
         constexpr int kMaxCalls = 4;
-        const int64_t piece = plan.largest_piece, key_scratch = plan.gathers_keys ? piece : 0;
+        const int64_t piece = plan.largest_piece;
         const int part_sets = int(plan.most_calls);
         const RingPlan::Slice slice = plan.query_slice(r);  // copied once, as in the forward
 
@@ -870,8 +844,6 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         const size_t o_rows_at = regions.add(BH * slice.count * D * sizeof(bf16));
         const size_t do_rows_at = regions.add(BH * slice.count * D * sizeof(bf16));
         const size_t lse_rows_at = regions.add(BH * slice.count * sizeof(float));
-        const size_t k_rows_at = regions.add(BH * key_scratch * D * sizeof(bf16));
-        const size_t v_rows_at = regions.add(BH * key_scratch * D * sizeof(bf16));
         Workspace workspace(regions.total, compute);
         char* base = workspace.as<char>();
         auto at = [&](size_t offset) { return base + offset; };
@@ -949,12 +921,8 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                 const bf16* o_call = query_side(o[size_t(r)], D, o_rows_at);
                 const bf16* do_call = query_side(dout[size_t(r)], D, do_rows_at);
                 const float* lse_call = query_side(lse[size_t(r)], int64_t(1), lse_rows_at);
-                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
-                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
-                const bf16* k_call = call_rows(block.k + key_start, key_rows, call.key_begin, call.key_count, BH, D,
-                                               reinterpret_cast<bf16*>(at(k_rows_at)), compute);
-                const bf16* v_call = call_rows(block.v + key_start, key_rows, call.key_begin, call.key_count, BH, D,
-                                               reinterpret_cast<bf16*>(at(v_rows_at)), compute);
+                const bf16* k_call = block.k + plan.piece_start(owner, call.key_piece, D);  // whole pieces
+                const bf16* v_call = block.v + plan.piece_start(owner, call.key_piece, D);
                 bf16* dq_part = reinterpret_cast<bf16*>(at(dq_part_at));
                 // O and LSE are the whole row's (the forward's result): stage 11 then takes
                 // P = exp(S - LSE) and delta = rowsum(dO * O) of the whole row, as the ring needs;

@@ -26,6 +26,7 @@
 #include "attention.h"
 #include "cuda_check.h"
 #include "ring.h"
+#include "timing.h"
 
 namespace {
 
@@ -80,16 +81,6 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     std::free(buffer);
 }
 
-__global__ void fill_random_kernel(bf16* data, int64_t count, uint64_t seed) {
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
-        uint64_t x = (uint64_t(i) + seed) * 0x9E3779B97F4A7C15ull;
-        x ^= x >> 31;
-        x *= 0xBF58476D1CE4E5B9ull;
-        x ^= x >> 29;
-        data[i] = __float2bfloat16_rn(float(x >> 40) / float(1 << 24) * 2.0f - 0.5f);
-    }
-}
-
 std::string option(int argc, char** argv, const std::string& flag, const std::string& fallback) {
     for (int i = 1; i + 1 < argc; ++i)
         if (flag == argv[i]) return argv[i + 1];
@@ -133,11 +124,12 @@ int main(int argc, char** argv) {
                 CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
             }
             const int64_t elements = BH * shards[size_t(r)].length() * head_dim;
-            int seed = 1;
+            size_t start = 0;  // each tensor from another offset of the benchmark's random pool
             for (bf16** tensor : {&q[size_t(r)], &k[size_t(r)], &v[size_t(r)], &o[size_t(r)], &dout[size_t(r)],
                                   &dq[size_t(r)], &dk[size_t(r)], &dv[size_t(r)]}) {
                 CUDA_CHECK(cudaMalloc(tensor, size_t(elements) * sizeof(bf16)));
-                fill_random_kernel<<<4096, 256>>>(*tensor, elements, uint64_t(seed++ + 10 * r));
+                fill_random(*tensor, size_t(elements), start + size_t(r) * 7919, 0);
+                start += kRandomPoolElements / 9;
             }
             CUDA_CHECK(cudaMalloc(&lse[size_t(r)], size_t(BH * shards[size_t(r)].length()) * sizeof(float)));
             CUDA_CHECK(cudaDeviceSynchronize());
