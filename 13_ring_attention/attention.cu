@@ -254,9 +254,9 @@ private:
 // ---- the ring's GPUs --------------------------------------------------------------------------
 
 // One host thread per GPU for the ring's life: made with the ring, each sets its GPU once and
-// then waits for work. Threads made afresh for every call started the GPUs' work late: by 5 to
-// 12 ms under CUPTI's trace on the device machines (lab notes 13, "Where a ring call's time
-// went"), where the whole 32K-token forward takes 30.
+// then waits for work, so that no call pays for starting threads (under CUPTI's trace a thread
+// made per call started its GPU's work 5 to 12 ms late, most of it the tracer's own cost: lab
+// notes 13, "Where a ring call's time went").
 class Workers {
 public:
     explicit Workers(const std::vector<int>& devices) : errors_(devices.size()) {
