@@ -1,5 +1,5 @@
-// The ring's benchmark: one shape over P GPUs in, one CSV row per pass out, beside stage 11 on
-// one GPU (GPU 0) timed in the same run. First run on 2 H200s: lab notes 13.
+// The ring's benchmark: one shape over P GPUs in, one CSV row per pass out, beside stage 11 alone
+// timed in the same run on the same GPUs. First run on 2 H200s: lab notes 13.
 //
 //   bench_13_ring_attention --gpus 4 --sharding zigzag --heads 32 --len 262144 --head-dim 128
 //                           --causal 1 [--batch 1] [--pass fwd|bwd|both] [--repeats 5]
@@ -7,13 +7,18 @@
 //   bench_13_ring_attention --print-header      the CSV's header line alone
 //
 // How it times (time_rounds): after a warm-up call of each, --repeats rounds of the ring's call,
-// stage 11's and the ring's again. The ring's call is synchronous on the host (every GPU's thread
-// joins), so it is timed by the host clock from its start to the last GPU's end: what a training
-// step waits for; median_ms and min_ms are of its first call in each round, aa_median_ms the
-// median of its second, the A/A check (bench/ring_table.py prints their ratio). Stage 11 alone is
-// timed with CUDA events on GPU 0 at --baseline-len (default: the ring's tokens per GPU, N / P,
-// capped at 131072 so that one call stays under a few seconds), same batch, heads, head dim and
-// mask. Per GPU, a ring step is one such square (contiguous sharding) or pieces of it: stage 11's
+// the baseline, the ring's call again and the baseline again, so that every ring call follows a
+// baseline and every baseline a ring call. The ring's call is synchronous on the host (every
+// GPU's thread joins), so it is timed by the host clock from its start to the last GPU's end:
+// what a training step waits for; median_ms and min_ms are of its first call in each round,
+// aa_median_ms the median of its second, the A/A check (bench/ring_table.py prints their ratio).
+// The baseline (struct Baseline) is stage 11 alone on every GPU of the ring at once, each on its
+// own inputs, timed with CUDA events on each GPU; its time is the slowest GPU's. Loading every
+// GPU as the ring does gives the baseline the ring's clocks and power: timed on GPU 0 alone, and
+// right after a ring call, it read 2-5% faster than between calls (lab notes 13, calls AB4 and
+// EG). Its shape is the ring's batch, heads, head dim and mask at --baseline-len (default: the
+// ring's tokens per GPU, N / P, capped at 131072 so that one call stays under a few seconds).
+// Per GPU, a ring step is one such square (contiguous sharding) or pieces of it: stage 11's
 // rate changes with the length (its backward about 3% faster at 65536 tokens than at 131072 on
 // an H100), so a baseline of another length would move the efficiency by that much (lab notes
 // 13; the runs before this default used min(N, 131072)).
@@ -21,11 +26,12 @@
 // once before). Inputs are random, on each GPU, never zeros.
 // FLOPs follow the FlashAttention convention: forward 4*B*H*N*N*D (halved when causal),
 // backward 2.5x forward. Per-GPU TFLOP/s = FLOPs / P / median time; efficiency = that over
-// stage 11's TFLOP/s on one GPU.
+// stage 11's TFLOP/s alone.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -133,31 +139,82 @@ double least(const std::vector<double>& values) { return *std::min_element(value
 // synchronous on the host (every GPU's thread joins) and timed by the host clock, from its start
 // to the last GPU's end, as a training step waits for it; stage 11's by CUDA events on GPU 0.
 template <class Ring, class Baseline>
-Timings time_rounds(Ring ring, Baseline baseline, int rounds) {
-    EventPair events;
+Timings time_rounds(Ring ring, Baseline baseline_ms, int rounds) {
     auto host_ms = [&] {
         const auto start = std::chrono::steady_clock::now();
         ring();
         return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     };
-    auto event_ms = [&] {
-        CUDA_CHECK(cudaSetDevice(0));
-        CUDA_CHECK(cudaEventRecord(events.start));
-        baseline();
-        CUDA_CHECK(cudaEventRecord(events.stop));
-        CUDA_CHECK(cudaEventSynchronize(events.stop));
-        return double(events.milliseconds());
-    };
     host_ms();
-    event_ms();
+    baseline_ms();
     Timings timings;
-    for (int i = 0; i < rounds; ++i) {
+    for (int i = 0; i < rounds; ++i) {  // every ring call follows a baseline, every baseline a ring call
         timings.ring.push_back(host_ms());
-        timings.baseline.push_back(event_ms());
+        timings.baseline.push_back(baseline_ms());
         timings.again.push_back(host_ms());
+        timings.baseline.push_back(baseline_ms());
     }
     return timings;
 }
+
+// Stage 11 alone on every GPU of the ring at once, each on its own copy of the baseline shape: the
+// GPUs loaded as the ring loads them, so that the baseline meets the ring's clocks and power. Its
+// time is the slowest GPU's, by CUDA events on each.
+struct Baseline {
+    struct Gpu {
+        DeviceBuffer<bf16> q, k, v, o, dout, dq, dk, dv;
+        DeviceBuffer<float> lse;
+        std::unique_ptr<EventPair> events;
+    };
+    std::vector<Gpu> gpus;
+    AttentionShape shape;
+
+    Baseline(int count, const AttentionShape& base, bool backward) : gpus(size_t(count)), shape(base) {
+        for (int r = 0; r < count; ++r) {
+            CUDA_CHECK(cudaSetDevice(r));
+            Gpu& g = gpus[size_t(r)];
+            g.q = DeviceBuffer<bf16>(size_t(base.q_elements()));
+            g.k = DeviceBuffer<bf16>(size_t(base.kv_elements()));
+            g.v = DeviceBuffer<bf16>(size_t(base.kv_elements()));
+            g.o = DeviceBuffer<bf16>(size_t(base.q_elements()));
+            g.dout = DeviceBuffer<bf16>(size_t(base.q_elements()));
+            g.lse = DeviceBuffer<float>(size_t(base.lse_elements()));
+            if (backward) {
+                g.dq = DeviceBuffer<bf16>(size_t(base.q_elements()));
+                g.dk = DeviceBuffer<bf16>(size_t(base.kv_elements()));
+                g.dv = DeviceBuffer<bf16>(size_t(base.kv_elements()));
+            }
+            fill_random(g.q.data(), base.q_elements(), 101 + 10 * uint64_t(r));
+            fill_random(g.k.data(), base.kv_elements(), 102 + 10 * uint64_t(r));
+            fill_random(g.v.data(), base.kv_elements(), 103 + 10 * uint64_t(r));
+            fill_random(g.dout.data(), base.q_elements(), 104 + 10 * uint64_t(r));
+            g.events = std::make_unique<EventPair>();
+            attention_forward(g.q.data(), g.k.data(), g.v.data(), g.o.data(), g.lse.data(), shape);
+            CUDA_CHECK(cudaDeviceSynchronize());
+        }
+    }
+    // One call on every GPU at once; the slowest GPU's milliseconds.
+    double time(bool forward) {
+        for (size_t r = 0; r < gpus.size(); ++r) {
+            CUDA_CHECK(cudaSetDevice(int(r)));
+            Gpu& g = gpus[r];
+            CUDA_CHECK(cudaEventRecord(g.events->start));
+            if (forward)
+                attention_forward(g.q.data(), g.k.data(), g.v.data(), g.o.data(), g.lse.data(), shape);
+            else
+                attention_backward(g.q.data(), g.k.data(), g.v.data(), g.o.data(), g.lse.data(), g.dout.data(),
+                                   g.dq.data(), g.dk.data(), g.dv.data(), shape);
+            CUDA_CHECK(cudaEventRecord(g.events->stop));
+        }
+        double slowest = 0;
+        for (size_t r = 0; r < gpus.size(); ++r) {
+            CUDA_CHECK(cudaSetDevice(int(r)));
+            CUDA_CHECK(cudaEventSynchronize(gpus[r].events->stop));
+            slowest = std::max(slowest, gpus[r].events->milliseconds());
+        }
+        return slowest;
+    }
+};
 
 }  // namespace
 
@@ -201,38 +258,18 @@ int main(int argc, char** argv) {
                           std::vector<const float*>(lse.begin(), lse.end()), constant(dout), dq, dk, dv, whole, sharding);
         };
 
-        // Stage 11 on one GPU, same shape at the baseline length.
-        CUDA_CHECK(cudaSetDevice(0));
+        // Stage 11 alone at the baseline length on every GPU of the ring at once (Baseline).
         const int base_len = options.baseline_len > 0 ? options.baseline_len : std::max(1, std::min(options.len / P, 131072));
         const AttentionShape base = make_shape(options.batch, options.heads, base_len, base_len, options.head_dim,
                                                options.causal);
-        DeviceBuffer<bf16> bq(size_t(base.q_elements())), bk(size_t(base.kv_elements())), bv(size_t(base.kv_elements())),
-            bo(size_t(base.q_elements())), bdo(size_t(base.q_elements()));
-        DeviceBuffer<float> blse(size_t(base.lse_elements()));
-        fill_random(bq.data(), base.q_elements(), 101);
-        fill_random(bk.data(), base.kv_elements(), 102);
-        fill_random(bv.data(), base.kv_elements(), 103);
-        fill_random(bdo.data(), base.q_elements(), 104);
+        Baseline baseline(P, base, options.pass != "fwd");
 
         for (const std::string pass : {"fwd", "bwd"}) {
             if (options.pass != "both" && options.pass != pass) continue;
             const bool is_forward = pass == "fwd";
-            Timings timings;
-            if (is_forward) {
-                timings = time_rounds(forward, [&] {
-                    attention_forward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), base);
-                }, options.repeats);
-            } else {
-                forward();
-                CUDA_CHECK(cudaSetDevice(0));
-                attention_forward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), base);
-                DeviceBuffer<bf16> bdq(size_t(base.q_elements())), bdk(size_t(base.kv_elements())),
-                    bdv(size_t(base.kv_elements()));
-                timings = time_rounds(backward, [&] {
-                    attention_backward(bq.data(), bk.data(), bv.data(), bo.data(), blse.data(), bdo.data(), bdq.data(),
-                                       bdk.data(), bdv.data(), base);
-                }, options.repeats);
-            }
+            if (!is_forward) forward();
+            const Timings timings = time_rounds(is_forward ? std::function<void()>(forward) : std::function<void()>(backward),
+                                                [&] { return baseline.time(is_forward); }, options.repeats);
             const std::pair<double, double> ring_ms{median(timings.ring), least(timings.ring)};
             const std::pair<double, double> base_ms{median(timings.baseline), least(timings.baseline)};
             const double flops = is_forward ? forward_flops(whole) : backward_flops(whole);
