@@ -5,8 +5,8 @@
 #   2. for each GPU count P of RING_GPUS that the machine has, each per-GPU length L of
 #      RING_TOKENS_PER_GPU and each sharding and mask (zigzag and striped causal, contiguous
 #      non-causal): the ring over P GPUs at N = P * L tokens, forward and backward, in rounds with
-#      stage 11 alone on GPU 0 at L tokens (bench_13_ring_attention's default baseline) and with a
-#      second call of the ring, its A/A check; and, where PyTorch imports, PyTorch's context
+#      stage 11 alone at L tokens on each of the P GPUs at once (bench_13_ring_attention's
+#      baseline) and with a second call of the ring, its A/A check; and, where PyTorch imports, PyTorch's context
 #      parallelism at the same N and mask (bench/torch_context_parallel.py, one process per GPU),
 #      so that each of its rows sits beside the ring's from the same run: after the ring's rows,
 #      and at the first length before them too (two rounds; bench/ring_table.py takes the median
