@@ -8,7 +8,8 @@ chapter: one CSV is one device call, so that a table never mixes runs.
                                                         fail if TABLE.txt is not what CSV gives
 
 Per GPU count, length, mask, sharding and pass: the median time of a call, per-GPU TFLOP/s,
-stage 11's own rate alone on one GPU of the machine (the CSV's baseline) and their ratio, the
+stage 11's own rate alone on the machine (the CSV's baseline: bench_ring.cpp says how it is
+timed) and their ratio, the
 course's 90% target beside it, the A/A ratio (the ring's second call in each round over its
 first, where the CSV has it); and where the CSV has PyTorch's context parallelism at the same
 GPU count, length, mask and pass, its time (the median over its rounds) and the ring's speed
@@ -92,7 +93,7 @@ def table(path):
     heads = "; ".join(f"B = {b}, H = {h}, D = {d}" for b, h, d in
                       sorted({(r["batch"], r["heads"], r["head_dim"]) for r in rows}))
     lines = [f"{', '.join(gpus)}; {heads}; rows of {os.path.basename(path)}",
-             "(bench/ring_table.py). Efficiency: per-GPU TFLOP/s over stage 11 alone on one GPU at",
+             "(bench/ring_table.py). Efficiency: per-GPU TFLOP/s over stage 11 alone (no ring) at",
              f"the length in column `at` (target {TARGET:.2f}); vs PyTorch: PyTorch's context",
              "parallelism's time over the ring's.",
              "",

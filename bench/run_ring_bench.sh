@@ -105,6 +105,6 @@ for P in $COUNTS; do
 done
 if ls "$DEST"/ring-x*.csv >/dev/null 2>&1; then
     "$PYTHON" bench/ring_plots.py "$DEST"/ring-x*.csv --out "$DEST/scaling.png" \
-        --title "Ring attention, per GPU against stage 11 alone at the ring's tokens per GPU"
+        --title "Ring attention, per GPU against stage 11 alone at the ring's tokens per GPU, on every GPU at once"
 fi
 echo "== done in $((SECONDS - START)) s"

@@ -33,7 +33,8 @@ CSV, or per_gpu_min / per_gpu_max on the tokens per GPU):
 
     <!-- value:ring CSV [KEY=VALUE ...] FIELD -->0.91–0.96<!-- /value -->
 
-FIELD: efficiency (the CSV's column) or vs_torch (PyTorch's context parallelism's median time
+FIELD: efficiency or median_ms (the CSV's columns), aa (the A/A: aa_median_ms over median_ms)
+or vs_torch (PyTorch's context parallelism's median time
 at the same GPUs, length, mask and pass over the ring's, with a ×); optionally :DIGITS
 (efficiency:3); one matching row gives its value, several their lowest–highest.
 
@@ -113,7 +114,7 @@ FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (hal
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from schema import BASELINES, STAGES, read_sweeps  # noqa: E402,F401  (the one parser of bench/sweeps.txt)
-from ring_table import TORCH, collapse_rounds, read_rows  # noqa: E402  (the ring CSVs' one reader)
+from ring_table import TORCH, aa_ratio, collapse_rounds, read_rows  # noqa: E402  (the ring CSVs' one reader)
 
 
 def read_results(path):
@@ -693,8 +694,14 @@ def ring_value(spec):
             raise SystemExit(f"value:{spec}: a row without PyTorch's beside it in {path}")
         values = [torch[key] / float(row["median_ms"]) for key, row in zip(keys, chosen)]
         unit = "×"
+    elif field == "median_ms":
+        values, unit = [float(row["median_ms"]) for row in chosen], ""
+    elif field == "aa":
+        values, unit = [aa_ratio(row) for row in chosen], ""
+        if None in values:
+            raise SystemExit(f"value:{spec}: a row without the A/A column in {path}")
     else:
-        raise SystemExit(f"value:{spec}: unknown field {field} (efficiency, vs_torch)")
+        raise SystemExit(f"value:{spec}: unknown field {field} (efficiency, vs_torch, median_ms, aa)")
     places = int(digits or 2)
     low, high = f"{min(values):.{places}f}", f"{max(values):.{places}f}"
     return (low if low == high else f"{low}–{high}") + unit

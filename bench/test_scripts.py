@@ -346,6 +346,11 @@ class RingValue(unittest.TestCase):
         self.assertEqual(self.value("sharding=zigzag vs_torch"), "0.90–1.10×")
         self.assertEqual(self.value("causal=0 vs_torch"), "1.05×")
 
+    def test_times_and_the_aa_check(self):
+        self.assertEqual(self.value("len=131072 causal=1 sharding=zigzag median_ms:1"), "40.0")
+        with self.assertRaises(SystemExit):  # this CSV predates the A/A column
+            self.value("sharding=zigzag aa")
+
     def test_no_matching_row_is_an_error(self):
         with self.assertRaises(SystemExit):
             self.value("sharding=striped efficiency")
