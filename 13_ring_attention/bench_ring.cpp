@@ -133,13 +133,14 @@ double median(std::vector<double> values) {
 double least(const std::vector<double>& values) { return *std::min_element(values.begin(), values.end()); }
 
 // The benchmark's method: after one warm-up call of each, `rounds` rounds of the ring's call,
-// stage 11's call on GPU 0 and the ring's call again, so that the ring and its baseline meet the
-// same clocks and temperatures, and the ring's second call, timed the same way as its first, is
-// the A/A check: two copies of one call, whose medians must agree. The ring's call is
-// synchronous on the host (every GPU's thread joins) and timed by the host clock, from its start
-// to the last GPU's end, as a training step waits for it; stage 11's by CUDA events on GPU 0.
-template <class Ring, class Baseline>
-Timings time_rounds(Ring ring, Baseline baseline_ms, int rounds) {
+// the baseline's, the ring's again and the baseline's again, so that the ring and its baseline
+// meet the same clocks and temperatures, each after the other, and the ring's second call, timed
+// the same way as its first, is the A/A check: two copies of one call, whose medians must agree.
+// The ring's call is synchronous on the host (every GPU's thread joins) and timed by the host
+// clock, from its start to the last GPU's end, as a training step waits for it; `baseline_ms`
+// times its own call and returns the milliseconds (Baseline::time: CUDA events on every GPU).
+template <class Ring, class BaselineMs>
+Timings time_rounds(Ring ring, BaselineMs baseline_ms, int rounds) {
     auto host_ms = [&] {
         const auto start = std::chrono::steady_clock::now();
         ring();
