@@ -31,7 +31,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -269,8 +268,9 @@ int main(int argc, char** argv) {
             if (options.pass != "both" && options.pass != pass) continue;
             const bool is_forward = pass == "fwd";
             if (!is_forward) forward();
-            const Timings timings = time_rounds(is_forward ? std::function<void()>(forward) : std::function<void()>(backward),
-                                                [&] { return baseline.time(is_forward); }, options.repeats);
+            auto baseline_ms = [&] { return baseline.time(is_forward); };
+            const Timings timings = is_forward ? time_rounds(forward, baseline_ms, options.repeats)
+                                               : time_rounds(backward, baseline_ms, options.repeats);
             const std::pair<double, double> ring_ms{median(timings.ring), least(timings.ring)};
             const std::pair<double, double> base_ms{median(timings.baseline), least(timings.baseline)};
             const double flops = is_forward ? forward_flops(whole) : backward_flops(whole);
