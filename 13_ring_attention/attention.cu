@@ -56,8 +56,9 @@ unsigned grid_for(int64_t threads) {
     return unsigned(std::max<int64_t>(1, std::min<int64_t>((threads + THREADS - 1) / THREADS, 1 << 20)));
 }
 
-// At most this many calls of one step share a query piece: zigzag's piece against the block's
-// two pieces.
+// At most this many partial results in one merge: zigzag's piece against the block's two
+// pieces. A step with more calls on one query piece (pieces cut at kRingMaxPiece) merges them
+// in batches of this many.
 constexpr int MAX_PARTIALS = 2;
 constexpr int MAX_HEAD_DIM = 128;  // stage 11's largest: a lane holds MAX_HEAD_DIM / 32 columns
 
@@ -383,8 +384,8 @@ struct RingPlan {
     int64_t largest_piece = 0;  // rows of the longest piece of any GPU
     size_t most_calls = 0;      // calls of the busiest step
 
-    RingPlan(const AttentionShape& shape, Sharding sharding, int gpus)
-        : whole(shape), shards(make_shards(sharding, shape.len_q, gpus)),
+    RingPlan(const AttentionShape& shape, Sharding sharding, int gpus, int64_t max_piece)
+        : whole(shape), shards(make_shards(sharding, shape.len_q, gpus, max_piece)),
           batch_heads(int64_t(shape.batch) * shape.heads), head_dim(shape.head_dim), devices(gpus) {
         for (const Shard& shard : shards)
             for (const Piece& piece : shard.pieces) largest_piece = std::max(largest_piece, piece.length);
@@ -649,15 +650,16 @@ std::string ring_nccl_version() {
 
 void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector<const bf16*>& k,
                             const std::vector<const bf16*>& v, const std::vector<bf16*>& o,
-                            const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding) {
+                            const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding,
+                            int64_t max_piece) {
     const int P = devices();
     const RingTensors bf16_tensors{{"q", {q.begin(), q.end()}}, {"k", {k.begin(), k.end()}},
                                    {"v", {v.begin(), v.end()}}, {"o", {o.begin(), o.end()}}};
     const RingTensors fp32_tensors{{"lse", {lse.begin(), lse.end()}}};
-    validate_ring(whole, sharding, P, bf16_tensors, fp32_tensors, /*backward=*/false);
+    validate_ring(whole, sharding, P, bf16_tensors, fp32_tensors, /*backward=*/false, max_piece);
     check_residence(*ring_, bf16_tensors);
     check_residence(*ring_, fp32_tensors);
-    const RingPlan plan(whole, sharding, P);
+    const RingPlan plan(whole, sharding, P, max_piece);
     const int64_t BH = plan.batch_heads, D = plan.head_dim;
 
     ring_->run_on_every_gpu([&](int r) {
@@ -678,8 +680,6 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                 most_partials = std::max(most_partials, ++per_piece[size_t(call.query_piece)]);
             }
         }
-        if (most_partials > MAX_PARTIALS)
-            throw std::logic_error("ring attention: more calls on one query piece in a step than planned");
         const RingPlan::Slice slice = plan.query_slice(r);
 
         // Two block buffers (K then V), the FP32 accumulators, the partial results of a step's
@@ -690,8 +690,8 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         const size_t o_at = regions.add(BH * rows * D * sizeof(float));
         const size_t lse_at = regions.add(BH * rows * sizeof(float));
         const int64_t piece = plan.largest_piece;
-        size_t o_part_at[MAX_PARTIALS] = {}, lse_part_at[MAX_PARTIALS] = {};
-        for (int p = 0; p < most_partials; ++p) {
+        std::vector<size_t> o_part_at(static_cast<size_t>(most_partials)), lse_part_at(o_part_at.size());
+        for (size_t p = 0; p < size_t(most_partials); ++p) {
             o_part_at[p] = regions.add(BH * piece * D * sizeof(bf16));
             lse_part_at[p] = regions.add(BH * piece * sizeof(float));
         }
@@ -729,7 +729,7 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
             const int64_t piece_rows = plan.piece_rows(r, p);
             const bool alone = step == last_step[size_t(p)] && !merged[size_t(p)] &&
                                std::count_if(calls.begin(), calls.end(), [&](const BlockCall& c) { return c.query_piece == p; }) == 1;
-            Partials partials{};
+            std::vector<Partial> partials;
             for (const BlockCall& call : calls) {
                 if (call.query_piece != p) continue;
                 const bool whole = call.query_count == piece_rows;
@@ -743,10 +743,10 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                     merged[size_t(p)] = true;
                     break;
                 }
-                const int slot = partials.count++;
+                const size_t slot = partials.size();
                 bf16* o_part = reinterpret_cast<bf16*>(at(o_part_at[slot]));
                 float* lse_part = reinterpret_cast<float*>(at(lse_part_at[slot]));
-                partials.part[slot] = {o_part, lse_part, call.query_begin, call.query_count};
+                partials.push_back({o_part, lse_part, call.query_begin, call.query_count});
                 attention_forward(q_call, k_call, v_call, o_part, lse_part, plan.call_shape(call), compute);
             }
             return partials;
@@ -764,15 +764,20 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
             if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, arrived[size_t(step)], 0));
             const std::vector<BlockCall> calls = plan.calls(r, step);
             for (int p = 0; p < pieces; ++p) {  // each query piece: its calls, then one merge
-                const Partials partials = compute_calls(step, p, calls);
-                if (partials.count == 0) continue;
-                // The piece's last merge writes the ring's result: O in bf16 and the LSE.
-                const bool last = step == last_step[size_t(p)];
-                merge_piece(o_acc + plan.piece_start(r, p, D), lse_acc + plan.piece_start(r, p, 1), partials,
-                            /*fresh=*/!merged[size_t(p)], last ? o[size_t(r)] + plan.piece_start(r, p, D) : nullptr,
-                            last ? lse[size_t(r)] + plan.piece_start(r, p, 1) : nullptr, BH, plan.piece_rows(r, p), D,
-                            compute);
-                merged[size_t(p)] = true;
+                const std::vector<Partial> partials = compute_calls(step, p, calls);
+                // One merge per MAX_PARTIALS partial results; the piece's last merge writes the
+                // ring's result: O in bf16 and the LSE.
+                for (size_t first = 0; first < partials.size(); first += MAX_PARTIALS) {
+                    Partials batch{};
+                    batch.count = int(std::min<size_t>(MAX_PARTIALS, partials.size() - first));
+                    std::copy_n(partials.begin() + int64_t(first), batch.count, batch.part);
+                    const bool last = step == last_step[size_t(p)] && first + size_t(batch.count) == partials.size();
+                    merge_piece(o_acc + plan.piece_start(r, p, D), lse_acc + plan.piece_start(r, p, 1), batch,
+                                /*fresh=*/!merged[size_t(p)], last ? o[size_t(r)] + plan.piece_start(r, p, D) : nullptr,
+                                last ? lse[size_t(r)] + plan.piece_start(r, p, 1) : nullptr, BH, plan.piece_rows(r, p),
+                                D, compute);
+                    merged[size_t(p)] = true;
+                }
             }
             CUDA_CHECK(cudaEventRecord(computed[size_t(step)], compute));
             // The buffer that held this step's block takes the block of step + 2.
@@ -799,17 +804,18 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                              const std::vector<const bf16*>& v, const std::vector<const bf16*>& o,
                              const std::vector<const float*>& lse, const std::vector<const bf16*>& dout,
                              const std::vector<bf16*>& dq, const std::vector<bf16*>& dk,
-                             const std::vector<bf16*>& dv, const AttentionShape& whole, Sharding sharding) {
+                             const std::vector<bf16*>& dv, const AttentionShape& whole, Sharding sharding,
+                             int64_t max_piece) {
     const int P = devices();
     const RingTensors bf16_tensors{{"q", {q.begin(), q.end()}},       {"k", {k.begin(), k.end()}},
                                    {"v", {v.begin(), v.end()}},       {"o", {o.begin(), o.end()}},
                                    {"dout", {dout.begin(), dout.end()}}, {"dq", {dq.begin(), dq.end()}},
                                    {"dk", {dk.begin(), dk.end()}},    {"dv", {dv.begin(), dv.end()}}};
     const RingTensors fp32_tensors{{"lse", {lse.begin(), lse.end()}}};
-    validate_ring(whole, sharding, P, bf16_tensors, fp32_tensors, /*backward=*/true);
+    validate_ring(whole, sharding, P, bf16_tensors, fp32_tensors, /*backward=*/true, max_piece);
     check_residence(*ring_, bf16_tensors);
     check_residence(*ring_, fp32_tensors);
-    const RingPlan plan(whole, sharding, P);
+    const RingPlan plan(whole, sharding, P, max_piece);
     const int64_t BH = plan.batch_heads, D = plan.head_dim;
 
     ring_->run_on_every_gpu([&](int r) {
@@ -818,9 +824,8 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         const Shard& mine = plan.shards[size_t(r)];
         const int64_t rows = mine.length(), largest = plan.largest_shard();
         // Each call of a step keeps its dK, dV until the travelling sums have arrived, so that
-        // their transfer overlaps the step's backward (at most four: zigzag's two pieces against
-        // the block's two).
-        constexpr int kMaxCalls = 4;
+        // their transfer overlaps the step's backward (four with zigzag's two pieces against the
+        // block's two; more where pieces are cut at kRingMaxPiece).
         const int64_t piece = plan.largest_piece;
         const int part_sets = int(plan.most_calls);
         const RingPlan::Slice slice = plan.query_slice(r);  // copied once, as in the forward
@@ -834,9 +839,8 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         const size_t partials_at = regions.add(BH * plan.key_chunks(r) * D * sizeof(float));
         const size_t mean_at = regions.add(BH * D * sizeof(float));
         const size_t dq_part_at = regions.add(BH * piece * D * sizeof(bf16));
-        size_t dk_part_at[kMaxCalls] = {}, dv_part_at[kMaxCalls] = {};
-        if (part_sets > kMaxCalls) throw std::logic_error("ring attention: more calls in a step than planned");
-        for (int c = 0; c < part_sets; ++c) {
+        std::vector<size_t> dk_part_at(static_cast<size_t>(part_sets)), dv_part_at(dk_part_at.size());
+        for (size_t c = 0; c < size_t(part_sets); ++c) {
             dk_part_at[c] = regions.add(BH * piece * D * sizeof(bf16));
             dv_part_at[c] = regions.add(BH * piece * D * sizeof(bf16));
         }

@@ -3,7 +3,7 @@
 //
 //   bench_13_ring_attention --gpus 4 --sharding zigzag --heads 32 --len 262144 --head-dim 128
 //                           --causal 1 [--batch 1] [--pass fwd|bwd|both] [--repeats 5]
-//                           [--baseline-len 65536]
+//                           [--baseline-len 65536] [--max-piece 65536 (0: runs never cut)]
 //   bench_13_ring_attention --print-header      the CSV's header line alone
 //
 // How it times (time_rounds): after a warm-up call of each, --repeats rounds of the ring's call,
@@ -50,6 +50,7 @@ using bf16 = __nv_bfloat16;
 
 struct Options {
     int gpus = 2, batch = 1, heads = 32, len = 65536, head_dim = 128, repeats = 5, baseline_len = 0;
+    int max_piece = int(kRingMaxPiece);
     bool causal = true;
     std::string sharding = "zigzag", pass = "both";
 };
@@ -58,7 +59,7 @@ struct Options {
     std::fprintf(stderr,
                  "bench_13_ring_attention: %s\nusage: bench_13_ring_attention --gpus P --sharding "
                  "contiguous|zigzag|striped --len N [--batch B] [--heads H] [--head-dim 64|128] [--causal 0|1] "
-                 "[--pass fwd|bwd|both] [--repeats R] [--baseline-len L]; or --print-header\n",
+                 "[--pass fwd|bwd|both] [--repeats R] [--baseline-len L] [--max-piece M]; or --print-header\n",
                  problem.c_str());
     std::exit(2);
 }
@@ -89,6 +90,7 @@ Options parse(int argc, char** argv) {
         else if (flag == "--causal") options.causal = number() != 0;
         else if (flag == "--repeats") options.repeats = std::max(1, number());
         else if (flag == "--baseline-len") options.baseline_len = number();
+        else if (flag == "--max-piece") options.max_piece = number();
         else if (flag == "--sharding") options.sharding = value;
         else if (flag == "--pass") options.pass = value;
         else usage("unknown flag " + flag);
@@ -232,7 +234,7 @@ int main(int argc, char** argv) {
         CUDA_CHECK(cudaGetDeviceProperties(&properties, 0));
 
         const int64_t BH = int64_t(whole.batch) * whole.heads, D = whole.head_dim;
-        const std::vector<Shard> shards = make_shards(sharding, whole.len_q, P);
+        const std::vector<Shard> shards = make_shards(sharding, whole.len_q, P, options.max_piece);
         std::vector<bf16*> q(static_cast<size_t>(P)), k(static_cast<size_t>(P)), v(static_cast<size_t>(P)), o(static_cast<size_t>(P)), dout(static_cast<size_t>(P)), dq(static_cast<size_t>(P)),
             dk(static_cast<size_t>(P)), dv(static_cast<size_t>(P));
         std::vector<float*> lse(static_cast<size_t>(P));
@@ -252,10 +254,13 @@ int main(int argc, char** argv) {
             CUDA_CHECK(cudaDeviceSynchronize());
         }
         auto constant = [](const std::vector<bf16*>& list) { return std::vector<const bf16*>(list.begin(), list.end()); };
-        auto forward = [&] { ring.forward(constant(q), constant(k), constant(v), o, lse, whole, sharding); };
+        auto forward = [&] {
+            ring.forward(constant(q), constant(k), constant(v), o, lse, whole, sharding, options.max_piece);
+        };
         auto backward = [&] {
             ring.backward(constant(q), constant(k), constant(v), constant(o),
-                          std::vector<const float*>(lse.begin(), lse.end()), constant(dout), dq, dk, dv, whole, sharding);
+                          std::vector<const float*>(lse.begin(), lse.end()), constant(dout), dq, dk, dv, whole, sharding,
+                          options.max_piece);
         };
 
         // Stage 11 alone at the baseline length on every GPU of the ring at once (Baseline).

@@ -47,8 +47,17 @@ struct Shard {
     int64_t offset(int piece) const;    // tokens in the pieces before `piece`
 };
 
-// One Shard per GPU. Throws std::invalid_argument for len < 1 or devices < 1.
-std::vector<Shard> make_shards(Sharding sharding, int64_t len, int devices);
+// The longest run of tokens a piece holds (contiguous and zigzag): a longer run is cut into
+// ceil(length / max_piece) pieces of equal length (the first ones a token longer), one after the
+// other in the piece-major layout, so that no call of the ring is longer than this many keys or
+// queries. Stage 11 loses speed on long unmasked calls (its blocks' reuse of K/V in the L2
+// cache): on four H200s its non-causal forward ran 3% slower at 131,072 tokens than at 65,536 and
+// 8% slower again at 262,144 (lab notes 13, "A million tokens"). Striped's piece is never cut:
+// its calls are causal, whose rate holds at those lengths. max_piece = 0: no cap.
+inline constexpr int64_t kRingMaxPiece = 65536;
+
+// One Shard per GPU. Throws std::invalid_argument for len < 1, devices < 1 or max_piece < 0.
+std::vector<Shard> make_shards(Sharding sharding, int64_t len, int devices, int64_t max_piece = kRingMaxPiece);
 
 // The index maps: the global position of a GPU's local token, and back. locate() is written
 // from the sharding's formula, not by search, so that the tests check one map against the other.
@@ -126,7 +135,8 @@ struct RingResult {
 // accumulators, as the GPU does).
 RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding, int devices,
                                  const std::vector<float>& q, const std::vector<float>& k,
-                                 const std::vector<float>& v, bool fp32_merge = false);
+                                 const std::vector<float>& v, bool fp32_merge = false,
+                                 int64_t max_piece = kRingMaxPiece);
 
 // How the backward of one call finds delta_i = rowsum(dO_i * O_i): from the whole row's O (what
 // the ring needs, and what stage 11 computes from the o it is given), or summed over the keys
@@ -155,7 +165,8 @@ RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding
                                   const std::vector<float>& v, const std::vector<double>& o,
                                   const std::vector<double>& lse, const std::vector<float>& dout,
                                   DeltaSource delta = DeltaSource::whole_row,
-                                  DqCentring centring = DqCentring::none);
+                                  DqCentring centring = DqCentring::none,
+                                  int64_t max_piece = kRingMaxPiece);
 
 // The gradient of one call in FP64 against the whole row's softmax (lse) and delta: what each
 // GPU adds into dQ (rows of the query piece) and into the travelling dK, dV (rows of the key
@@ -192,7 +203,8 @@ inline constexpr int64_t kRingMinimumBackwardKeys = 129;
 
 // The keys of the smallest call of the ring for this shape: the backward needs at least
 // kRingMinimumBackwardKeys.
-int64_t smallest_call_keys(const AttentionShape& whole, Sharding sharding, int devices);
+int64_t smallest_call_keys(const AttentionShape& whole, Sharding sharding, int devices,
+                           int64_t max_piece = kRingMaxPiece);
 
 // The tensors of one ring call, one pointer per GPU each: {"q", {q on GPU 0, q on GPU 1, ...}}.
 using RingTensors = std::vector<std::pair<const char*, std::vector<const void*>>>;
@@ -203,14 +215,14 @@ using RingTensors = std::vector<std::pair<const char*, std::vector<const void*>>
 // (lse) to 4, and for the backward, calls of at least kRingMinimumBackwardKeys keys. Throws
 // std::invalid_argument naming the field, its value and what is allowed.
 void validate_ring(const AttentionShape& whole, Sharding sharding, int devices, const RingTensors& bf16_tensors,
-                   const RingTensors& fp32_tensors, bool backward);
+                   const RingTensors& fp32_tensors, bool backward, int64_t max_piece = kRingMaxPiece);
 
 #ifdef RING_HAVE_NCCL
 struct RingDevices;
 
 // One process, one host thread per GPU, one NCCL communicator per GPU (ncclCommInitAll).
 // Tensors are per GPU, in device memory on that GPU, bf16 in the piece-major layout of its
-// Shard (lse: FP32, [pieces][batch, heads, length]); `whole` is the whole sequence's shape
+// Shard, make_shards(sharding, N, P, max_piece) (lse: FP32, [pieces][batch, heads, length]); `whole` is the whole sequence's shape
 // (len_q == len_kv == N, any batch, heads, head dim stage 11 supports, causal or not).
 // The backward first computes the mean of all keys of the sequence (an NCCL all-reduce of the
 // GPUs' column sums) and gives it to every call of stage 11's backward as its key_centre, so that
@@ -231,14 +243,15 @@ public:
 
     void forward(const std::vector<const __nv_bfloat16*>& q, const std::vector<const __nv_bfloat16*>& k,
                  const std::vector<const __nv_bfloat16*>& v, const std::vector<__nv_bfloat16*>& o,
-                 const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding);
+                 const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding,
+                 int64_t max_piece = kRingMaxPiece);
 
     void backward(const std::vector<const __nv_bfloat16*>& q, const std::vector<const __nv_bfloat16*>& k,
                   const std::vector<const __nv_bfloat16*>& v, const std::vector<const __nv_bfloat16*>& o,
                   const std::vector<const float*>& lse, const std::vector<const __nv_bfloat16*>& dout,
                   const std::vector<__nv_bfloat16*>& dq, const std::vector<__nv_bfloat16*>& dk,
                   const std::vector<__nv_bfloat16*>& dv, const AttentionShape& whole,
-                  Sharding sharding);
+                  Sharding sharding, int64_t max_piece = kRingMaxPiece);
 
 private:
     std::unique_ptr<RingDevices> ring_;

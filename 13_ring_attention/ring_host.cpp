@@ -72,20 +72,29 @@ int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 
 
 }  // namespace
 
-std::vector<Shard> make_shards(Sharding sharding, int64_t len, int devices) {
+std::vector<Shard> make_shards(Sharding sharding, int64_t len, int devices, int64_t max_piece) {
     check_ring(len, devices);
+    if (max_piece < 0)
+        throw std::invalid_argument("ring attention: max_piece = " + std::to_string(max_piece) +
+                                    " is not allowed: 0 (no cap) or positive");
     const int64_t P = devices;
     std::vector<Shard> shards(static_cast<size_t>(devices));
     for (int64_t r = 0; r < P; ++r) {
         std::vector<Piece>& pieces = shards[size_t(r)].pieces;
+        // A run of consecutive tokens, cut into pieces of at most max_piece (kRingMaxPiece).
+        auto add_run = [&](int64_t first, int64_t length) {
+            const int64_t parts = max_piece > 0 && length > max_piece ? (length + max_piece - 1) / max_piece : 1;
+            for (int64_t part = 0; part < parts; ++part)
+                pieces.push_back({first + part_start(length, parts, part), part_length(length, parts, part), 1});
+        };
         switch (sharding) {
         case Sharding::contiguous:
-            pieces.push_back({part_start(len, P, r), part_length(len, P, r), 1});
+            add_run(part_start(len, P, r), part_length(len, P, r));
             break;
         case Sharding::zigzag:
             // excerpt: zigzag-pieces
             for (int64_t chunk : {r, 2 * P - 1 - r})
-                pieces.push_back({part_start(len, 2 * P, chunk), part_length(len, 2 * P, chunk), 1});
+                add_run(part_start(len, 2 * P, chunk), part_length(len, 2 * P, chunk));
             // end excerpt
             break;
         case Sharding::striped:
@@ -197,8 +206,8 @@ std::vector<std::vector<int64_t>> step_work(const std::vector<Shard>& shards, bo
     return work;
 }
 
-int64_t smallest_call_keys(const AttentionShape& whole, Sharding sharding, int devices) {
-    const std::vector<Shard> shards = make_shards(sharding, whole.len_kv, devices);
+int64_t smallest_call_keys(const AttentionShape& whole, Sharding sharding, int devices, int64_t max_piece) {
+    const std::vector<Shard> shards = make_shards(sharding, whole.len_kv, devices, max_piece);
     int64_t smallest = INT64_MAX;
     for (int step = 0; step < devices; ++step)
         for (int device = 0; device < devices; ++device)
@@ -337,10 +346,10 @@ void pass_blocks(std::vector<TravellingBlock>& blocks) {
 template <class Accumulator>
 RingResult simulate_forward(const AttentionShape& whole, Sharding sharding, int devices,
                             const std::vector<float>& q, const std::vector<float>& k,
-                            const std::vector<float>& v) {
+                            const std::vector<float>& v, int64_t max_piece) {
     check_whole(whole);
     const int64_t N = whole.len_q, D = whole.head_dim, BH = int64_t(whole.batch) * whole.heads;
-    const std::vector<Shard> shards = make_shards(sharding, N, devices);
+    const std::vector<Shard> shards = make_shards(sharding, N, devices, max_piece);
     const auto q_local = shard_rows(q, shards, BH, N, D);
     const auto k_local = shard_rows(k, shards, BH, N, D);
     const auto v_local = shard_rows(v, shards, BH, N, D);
@@ -393,9 +402,9 @@ RingResult simulate_forward(const AttentionShape& whole, Sharding sharding, int 
 
 RingResult simulate_ring_forward(const AttentionShape& whole, Sharding sharding, int devices,
                                  const std::vector<float>& q, const std::vector<float>& k,
-                                 const std::vector<float>& v, bool fp32_merge) {
-    return fp32_merge ? simulate_forward<float>(whole, sharding, devices, q, k, v)
-                      : simulate_forward<double>(whole, sharding, devices, q, k, v);
+                                 const std::vector<float>& v, bool fp32_merge, int64_t max_piece) {
+    return fp32_merge ? simulate_forward<float>(whole, sharding, devices, q, k, v, max_piece)
+                      : simulate_forward<double>(whole, sharding, devices, q, k, v, max_piece);
 }
 
 void reference_block_backward(int64_t batch_heads, int64_t query_count, int64_t key_count,
@@ -449,11 +458,11 @@ RingResult simulate_ring_backward(const AttentionShape& whole, Sharding sharding
                                   const std::vector<float>& q, const std::vector<float>& k,
                                   const std::vector<float>& v, const std::vector<double>& o,
                                   const std::vector<double>& lse, const std::vector<float>& dout,
-                                  DeltaSource delta_source, DqCentring centring) {
+                                  DeltaSource delta_source, DqCentring centring, int64_t max_piece) {
     check_whole(whole);
     const int64_t N = whole.len_q, D = whole.head_dim, BH = int64_t(whole.batch) * whole.heads;
     const double scale = whole.softmax_scale();
-    const std::vector<Shard> shards = make_shards(sharding, N, devices);
+    const std::vector<Shard> shards = make_shards(sharding, N, devices, max_piece);
     const auto q_local = shard_rows(q, shards, BH, N, D);
     const auto k_local = shard_rows(k, shards, BH, N, D);
     const auto v_local = shard_rows(v, shards, BH, N, D);
@@ -580,7 +589,7 @@ std::vector<float> offset_keys_by_gpu(const std::vector<float>& k, const Attenti
 // ---- the arguments of a GPU ring call ---------------------------------------------------------
 
 void validate_ring(const AttentionShape& whole, Sharding sharding, int devices, const RingTensors& bf16_tensors,
-                   const RingTensors& fp32_tensors, bool backward) {
+                   const RingTensors& fp32_tensors, bool backward, int64_t max_piece) {
     check_whole(whole);
     validate_shape(whole, stage_capabilities());
     check_ring(whole.len_q, devices);
@@ -591,7 +600,7 @@ void validate_ring(const AttentionShape& whole, Sharding sharding, int devices, 
                                             std::to_string(pointers.size()) +
                                             " pointers, which is not allowed: one per GPU of the ring, " +
                                             std::to_string(devices));
-            const std::vector<Shard> shards = make_shards(sharding, whole.len_q, devices);
+            const std::vector<Shard> shards = make_shards(sharding, whole.len_q, devices, max_piece);
             for (size_t r = 0; r < pointers.size(); ++r) {
                 if (shards[r].length() == 0) continue;  // a GPU that holds no token (len < pieces)
                 const std::string name = std::string(field) + "[" + std::to_string(r) + "]";
@@ -600,7 +609,7 @@ void validate_ring(const AttentionShape& whole, Sharding sharding, int devices, 
             }
         }
     if (backward) {
-        const int64_t keys = smallest_call_keys(whole, sharding, devices);
+        const int64_t keys = smallest_call_keys(whole, sharding, devices, max_piece);
         if (keys < kRingMinimumBackwardKeys)
             throw std::invalid_argument(
                 "ring attention backward: len = " + std::to_string(whole.len_q) + " over " + std::to_string(devices) +

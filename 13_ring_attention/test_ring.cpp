@@ -344,6 +344,64 @@ TEST_CASE("ring calls: keys are whole pieces, and a GPU's calls take one slice o
                 }
 }
 
+// Pieces cut at max_piece (kRingMaxPiece on the GPU): the same tokens in the same order on each
+// GPU, runs of at most max_piece tokens (striped's strided piece whole), of nearly equal length,
+// and calls that still compute every attended pair once.
+TEST_CASE("ring sharding: runs cut at max_piece keep every token where it was, and the calls still cover every pair once") {
+    for (Sharding sharding : kShardings)
+        for (int P : {1, 2, 3, 4})
+            for (int64_t N : {int64_t(1), int64_t(17), int64_t(64), int64_t(97)})
+                for (int64_t cap : {int64_t(1), int64_t(3), int64_t(5), int64_t(16)}) {
+                    INFO(std::string(sharding_name(sharding)), " P=", P, " N=", N, " max_piece=", cap);
+                    const std::vector<Shard> whole_runs = make_shards(sharding, N, P, 0);
+                    const std::vector<Shard> cut = make_shards(sharding, N, P, cap);
+                    for (int d = 0; d < P; ++d) {
+                        REQUIRE(cut[size_t(d)].length() == whole_runs[size_t(d)].length());
+                        for (int64_t i = 0; i < cut[size_t(d)].length(); ++i)
+                            CHECK(global_position(cut, d, i) == global_position(whole_runs, d, i));
+                        for (const Piece& piece : cut[size_t(d)].pieces)
+                            CHECK((sharding == Sharding::striped || piece.length <= cap));
+                        // A run is cut into pieces that differ by one token at most.
+                        if (sharding == Sharding::contiguous && cut[size_t(d)].pieces.size() > 1) {
+                            int64_t longest = 0, shortest = N;
+                            for (const Piece& piece : cut[size_t(d)].pieces) {
+                                longest = std::max(longest, piece.length);
+                                shortest = std::min(shortest, piece.length);
+                            }
+                            CHECK(longest - shortest <= 1);
+                        }
+                        if (sharding == Sharding::striped) CHECK(cut[size_t(d)].pieces.size() == 1);
+                    }
+                    for (bool causal : {false, true}) {
+                        std::vector<int> count(size_t(N * N), 0);
+                        for (int step = 0; step < P; ++step)
+                            for (int r = 0; r < P; ++r) {
+                                const int s = block_owner(r, step, P);
+                                for (const BlockCall& call : block_calls(cut[size_t(r)], cut[size_t(s)], causal)) {
+                                    CHECK((call.query_count <= cap || sharding == Sharding::striped));
+                                    CHECK((call.key_count <= cap || sharding == Sharding::striped));
+                                    const Piece& qp = cut[size_t(r)].pieces[size_t(call.query_piece)];
+                                    const Piece& kp = cut[size_t(s)].pieces[size_t(call.key_piece)];
+                                    for (int64_t i = 0; i < call.query_count; ++i)
+                                        for (int64_t j = 0; j < call.key_count; ++j)
+                                            if (!call.causal || j <= i)
+                                                ++count[size_t(qp.position(call.query_begin + i) * N +
+                                                               kp.position(call.key_begin + j))];
+                                }
+                            }
+                        bool exact = true;
+                        for (int64_t i = 0; i < N; ++i)
+                            for (int64_t j = 0; j < N; ++j)
+                                exact = exact && count[size_t(i * N + j)] == ((!causal || j <= i) ? 1 : 0);
+                        CHECK(exact);
+                    }
+                }
+    CHECK_THROWS_AS(make_shards(Sharding::contiguous, 10, 2, -1), std::invalid_argument);
+    // The default cuts only runs longer than kRingMaxPiece.
+    CHECK(make_shards(Sharding::contiguous, 2 * kRingMaxPiece, 2)[0].pieces.size() == 1);
+    CHECK(make_shards(Sharding::contiguous, 2 * kRingMaxPiece + 2, 2)[0].pieces.size() == 2);
+}
+
 // ---- the ring simulated on the host ---------------------------------------------------------
 
 TEST_CASE("ring simulated: forward on P virtual GPUs equals the FP64 reference on the whole sequence") {
@@ -368,6 +426,40 @@ TEST_CASE("ring simulated: forward on P virtual GPUs equals the FP64 reference o
                         CHECK(compare(ring.lse, lse).max_abs < 1e-12);
                     }
     CHECK(cases == 2 * 2 * 6 * 4 * 3);
+}
+
+TEST_CASE("ring simulated: with runs cut at max_piece, forward and backward equal the FP64 reference") {
+    const uint64_t seed = fresh_seed();
+    INFO("seed=", seed);
+    int cases = 0;
+    for (bool causal : {false, true})
+        for (int P : {2, 3})
+            for (Sharding sharding : {Sharding::contiguous, Sharding::zigzag})
+                for (int64_t cap : {int64_t(4), int64_t(7)}) {
+                    const AttentionShape whole = make_shape(1, 2, 41, 41, 64, causal);
+                    const uint64_t s = seed + uint64_t(++cases) * 13;
+                    const auto q = random_inputs(size_t(whole.q_elements()), s);
+                    const auto k = random_inputs(size_t(whole.kv_elements()), s + 1);
+                    const auto v = random_inputs(size_t(whole.kv_elements()), s + 2);
+                    const auto dout = random_inputs(q.size(), s + 3);
+                    std::vector<double> o(q.size()), lse(size_t(whole.lse_elements()));
+                    reference_forward(whole, q.data(), k.data(), v.data(), o.data(), lse.data());
+                    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+                    reference_backward(whole, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(),
+                                       dv.data());
+                    INFO(whole.to_string(), " P=", P, " ", std::string(sharding_name(sharding)), " max_piece=", cap);
+                    const RingResult forward = simulate_ring_forward(whole, sharding, P, q, k, v, false, cap);
+                    CHECK(relative_error(forward.o, o) < 1e-12);
+                    CHECK(compare(forward.lse, lse).max_abs < 1e-12);
+                    const RingResult fp32 = simulate_ring_forward(whole, sharding, P, q, k, v, true, cap);
+                    CHECK(relative_error(fp32.o, o) < 1e-6);
+                    const RingResult backward = simulate_ring_backward(whole, sharding, P, q, k, v, o, lse, dout,
+                                                                       DeltaSource::whole_row, DqCentring::none, cap);
+                    CHECK(relative_error(backward.dq, dq) < 1e-11);
+                    CHECK(relative_error(backward.dk, dk) < 1e-11);
+                    CHECK(relative_error(backward.dv, dv) < 1e-11);
+                }
+    CHECK(cases == 2 * 2 * 2 * 2);
 }
 
 TEST_CASE("ring simulated: merged in FP32 as on the GPU, the forward stays within 1e-6") {

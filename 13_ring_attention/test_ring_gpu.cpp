@@ -99,11 +99,12 @@ std::vector<float> gathered(const std::vector<std::vector<float>>& local, const 
     return unshard_rows(local, shards, batch_heads, len, width);
 }
 
-RingOutputs run_ring(RingAttention& ring, const Inputs& in, Sharding sharding, bool backward) {
+RingOutputs run_ring(RingAttention& ring, const Inputs& in, Sharding sharding, bool backward,
+                     int64_t max_piece = kRingMaxPiece) {
     const AttentionShape& whole = in.shape;
     const int P = ring.devices();
     const int64_t N = whole.len_q, D = whole.head_dim, BH = int64_t(whole.batch) * whole.heads;
-    const std::vector<Shard> shards = make_shards(sharding, N, P);
+    const std::vector<Shard> shards = make_shards(sharding, N, P, max_piece);
     const auto q = shard_rows(in.q, shards, BH, N, D), k = shard_rows(in.k, shards, BH, N, D);
     const auto v = shard_rows(in.v, shards, BH, N, D), dout = shard_rows(in.dout, shards, BH, N, D);
     std::vector<Local> local(static_cast<size_t>(P));
@@ -134,10 +135,10 @@ RingOutputs run_ring(RingAttention& ring, const Inputs& in, Sharding sharding, b
     const auto o_ptr = pointers(&Local::o), dq_ptr = pointers(&Local::dq), dk_ptr = pointers(&Local::dk),
                dv_ptr = pointers(&Local::dv);
     const auto lse_ptr = pointers(&Local::lse);
-    ring.forward(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, whole, sharding);
+    ring.forward(q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr, whole, sharding, max_piece);
     if (backward)
         ring.backward(q_ptr, k_ptr, v_ptr, constant(o_ptr), std::vector<const float*>(lse_ptr.begin(), lse_ptr.end()),
-                      do_ptr, dq_ptr, dk_ptr, dv_ptr, whole, sharding);
+                      do_ptr, dq_ptr, dk_ptr, dv_ptr, whole, sharding, max_piece);
 
     std::vector<std::vector<float>> o(static_cast<size_t>(P)), lse(static_cast<size_t>(P)), dq(static_cast<size_t>(P)), dk(static_cast<size_t>(P)), dv(static_cast<size_t>(P));
     for (int r = 0; r < P; ++r) {
@@ -173,12 +174,12 @@ void check_lse(const ErrorStats& error) {
 
 // The ring against the FP64 reference on the same bf16-rounded inputs.
 void check_against_reference(RingAttention& ring, const AttentionShape& whole, Sharding sharding, bool backward,
-                             float key_offset = 0.0f) {
+                             float key_offset = 0.0f, int64_t max_piece = kRingMaxPiece) {
     const uint64_t seed = fresh_seed();
     INFO(whole.to_string(), " over ", ring.devices(), " GPU(s), ", std::string(sharding_name(sharding)), " seed=", seed,
-         " key offset=", key_offset);
+         " key offset=", key_offset, " max_piece=", max_piece);
     const Inputs in(whole, seed, sharding, ring.devices(), key_offset);
-    const RingOutputs out = run_ring(ring, in, sharding, backward);
+    const RingOutputs out = run_ring(ring, in, sharding, backward, max_piece);
     std::vector<double> o(in.q.size()), lse(size_t(whole.lse_elements()));
     reference_forward(whole, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data());
     std::vector<float> plain(in.q.size());
@@ -221,12 +222,12 @@ struct DqFromStage11 {
 // notes 13) gives 1.0e-2 to 1.4e-2 there, stage 11's own dQ 8.3e-3 to 8.7e-3 from FP64, and the
 // ring's backward alone, given the same O, 2.7e-3 to 2.9e-3: the check below, at the suite's 1e-2.
 DqFromStage11 check_against_stage11(RingAttention& ring, const AttentionShape& whole, Sharding sharding,
-                                    float key_offset = 0.0f) {
+                                    float key_offset = 0.0f, int64_t max_piece = kRingMaxPiece) {
     const uint64_t seed = fresh_seed();
     INFO(whole.to_string(), " over ", ring.devices(), " GPUs, ", std::string(sharding_name(sharding)), " seed=", seed,
-         " key offset=", key_offset);
+         " key offset=", key_offset, " max_piece=", max_piece);
     const Inputs in(whole, seed, sharding, ring.devices(), key_offset);
-    const RingOutputs out = run_ring(ring, in, sharding, /*backward=*/true);
+    const RingOutputs out = run_ring(ring, in, sharding, /*backward=*/true, max_piece);
     CUDA_CHECK(cudaSetDevice(0));
     DeviceBuffer<bf16> q(in.q.size()), k(in.k.size()), v(in.v.size()), dout(in.dout.size()), o(in.q.size()),
         dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
@@ -319,7 +320,25 @@ void offset_key_shapes(int gpus) {
             }
 }
 
+// Runs cut into pieces (max_piece): contiguous and zigzag shards of several pieces, every call at
+// most max_piece keys and queries. At 1,100 tokens on 2 GPUs with max_piece 200: contiguous
+// 3 pieces of 183-184 (three partial results on a query piece in a step: two merges), zigzag 4 of
+// 137-138 (every backward call above 128 keys); at 16,383 with 3,000: 3 and 2 pieces.
+void cut_runs(int gpus) {
+    RingAttention ring(first_gpus(gpus));
+    for (int head_dim : {64, 128})
+        for (bool causal : {false, true})
+            for (Sharding sharding : {Sharding::contiguous, Sharding::zigzag}) {
+                check_against_reference(ring, make_shape(1, 2, 1100, 1100, head_dim, causal), sharding, true, 0.0f, 200);
+                check_against_stage11(ring, make_shape(1, 4, 16383, 16383, head_dim, causal), sharding, 0.0f, 3000);
+            }
+}
+
 }  // namespace
+
+RING_GPU_TEST_CASE("ring GPU: 2 GPUs with runs cut into pieces of at most max_piece, against FP64 and stage 11", 2) {
+    cut_runs(2);
+}
 
 RING_GPU_TEST_CASE("ring GPU: a ring of 1 GPU, forward and backward, against FP64 and stage 11", 1) {
     MESSAGE("NCCL ", ring_nccl_version());
@@ -414,6 +433,7 @@ RING_GPU_TEST_CASE("ring GPU: set-up and tear-down leave the caller's current GP
 #else
 
 // Registered so that a build without NCCL lists them as skipped, by name.
+RING_GPU_TEST_CASE("ring GPU: 2 GPUs with runs cut into pieces of at most max_piece, against FP64 and stage 11", 2) {}
 RING_GPU_TEST_CASE("ring GPU: a ring of 1 GPU, forward and backward, against FP64 and stage 11", 1) {}
 RING_GPU_TEST_CASE("ring GPU: 2 GPUs against FP64 on small odd shapes, every sharding, forward and backward", 2) {}
 RING_GPU_TEST_CASE("ring GPU: 2 GPUs against stage 11 on the whole sequence, forward and backward", 2) {}
