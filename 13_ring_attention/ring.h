@@ -51,8 +51,9 @@ struct Shard {
 // ceil(length / max_piece) pieces of equal length (the first ones a token longer), one after the
 // other in the piece-major layout, so that no call of the ring is longer than this many keys or
 // queries. Stage 11 loses speed on long unmasked calls (its blocks' reuse of K/V in the L2
-// cache): on four H200s its non-causal forward ran 3% slower at 131,072 tokens than at 65,536 and
-// 8% slower again at 262,144 (lab notes 13, "A million tokens"). Striped's piece is never cut:
+// cache): on H200s its non-causal forward ran 2-3% slower at 131,072 tokens than at 65,536 and
+// 8% slower again at 262,144; with the cap the ring's non-causal rows at 262,144 tokens per GPU ran
+// 7-10% faster (lab notes 13, "Pieces capped at the kernel's sweet spot"). Striped's piece is never cut:
 // its calls are causal, whose rate holds at those lengths. max_piece = 0: no cap.
 inline constexpr int64_t kRingMaxPiece = 65536;
 
