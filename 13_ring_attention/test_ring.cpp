@@ -47,6 +47,35 @@ double relative_error(const std::vector<double>& out, const std::vector<double>&
     return compare(out, ref).relative_l2;
 }
 
+// Runs every call of the ring over P GPUs and N tokens (block_calls at each step, each GPU
+// against the block it holds) and checks that each call stays inside its pieces, covers at most
+// `cap` queries and keys (where cap > 0), and that together they
+// compute every attended (query, key) pair exactly once and no other.
+void check_calls_cover_every_pair_once(const std::vector<Shard>& shards, int64_t N, int P, bool causal,
+                                       int64_t cap = 0) {
+    std::vector<int> count(size_t(N * N), 0);
+    for (int step = 0; step < P; ++step)
+        for (int r = 0; r < P; ++r) {
+            const int s = block_owner(r, step, P);
+            for (const BlockCall& call : block_calls(shards[size_t(r)], shards[size_t(s)], causal)) {
+                const Piece& qp = shards[size_t(r)].pieces[size_t(call.query_piece)];
+                const Piece& kp = shards[size_t(s)].pieces[size_t(call.key_piece)];
+                CHECK(call.query_begin + call.query_count <= qp.length);
+                CHECK(call.key_begin + call.key_count <= kp.length);
+                if (cap > 0) CHECK(call.query_count <= cap);
+                if (cap > 0) CHECK(call.key_count <= cap);
+                for (int64_t i = 0; i < call.query_count; ++i)
+                    for (int64_t j = 0; j < call.key_count; ++j)
+                        if (!call.causal || j <= i)
+                            ++count[size_t(qp.position(call.query_begin + i) * N + kp.position(call.key_begin + j))];
+            }
+        }
+    bool exact = true;
+    for (int64_t i = 0; i < N; ++i)
+        for (int64_t j = 0; j < N; ++j) exact = exact && count[size_t(i * N + j)] == ((!causal || j <= i) ? 1 : 0);
+    CHECK(exact);
+}
+
 }  // namespace
 
 // ---- the merge rule ---------------------------------------------------------------------------
@@ -277,28 +306,7 @@ TEST_CASE("ring calls: over all steps every attended (query, key) pair is comput
                 for (int64_t N : {int64_t(1), int64_t(3), int64_t(16), int64_t(17), int64_t(41)}) {
                     INFO(std::string(sharding_name(sharding)), " P=", P, " N=", N,
                          std::string(causal ? " causal" : ""));
-                    const std::vector<Shard> shards = make_shards(sharding, N, P);
-                    std::vector<int> count(size_t(N * N), 0);
-                    for (int step = 0; step < P; ++step)
-                        for (int r = 0; r < P; ++r) {
-                            const int s = block_owner(r, step, P);
-                            for (const BlockCall& call : block_calls(shards[size_t(r)], shards[size_t(s)], causal)) {
-                                const Piece& qp = shards[size_t(r)].pieces[size_t(call.query_piece)];
-                                const Piece& kp = shards[size_t(s)].pieces[size_t(call.key_piece)];
-                                CHECK(call.query_begin + call.query_count <= qp.length);
-                                CHECK(call.key_begin + call.key_count <= kp.length);
-                                for (int64_t i = 0; i < call.query_count; ++i)
-                                    for (int64_t j = 0; j < call.key_count; ++j)
-                                        if (!call.causal || j <= i)
-                                            ++count[size_t(qp.position(call.query_begin + i) * N +
-                                                           kp.position(call.key_begin + j))];
-                            }
-                        }
-                    bool exact = true;
-                    for (int64_t i = 0; i < N; ++i)
-                        for (int64_t j = 0; j < N; ++j)
-                            exact = exact && count[size_t(i * N + j)] == ((!causal || j <= i) ? 1 : 0);
-                    CHECK(exact);
+                    check_calls_cover_every_pair_once(make_shards(sharding, N, P), N, P, causal);
                 }
     // Zigzag's steps: the GPU's own block is three calls (two diagonals, one full); a block from
     // an earlier GPU is seen by all its queries against its first piece; from a later GPU by its
@@ -372,29 +380,8 @@ TEST_CASE("ring sharding: runs cut at max_piece keep every token where it was, a
                         }
                         if (sharding == Sharding::striped) CHECK(cut[size_t(d)].pieces.size() == 1);
                     }
-                    for (bool causal : {false, true}) {
-                        std::vector<int> count(size_t(N * N), 0);
-                        for (int step = 0; step < P; ++step)
-                            for (int r = 0; r < P; ++r) {
-                                const int s = block_owner(r, step, P);
-                                for (const BlockCall& call : block_calls(cut[size_t(r)], cut[size_t(s)], causal)) {
-                                    CHECK((call.query_count <= cap || sharding == Sharding::striped));
-                                    CHECK((call.key_count <= cap || sharding == Sharding::striped));
-                                    const Piece& qp = cut[size_t(r)].pieces[size_t(call.query_piece)];
-                                    const Piece& kp = cut[size_t(s)].pieces[size_t(call.key_piece)];
-                                    for (int64_t i = 0; i < call.query_count; ++i)
-                                        for (int64_t j = 0; j < call.key_count; ++j)
-                                            if (!call.causal || j <= i)
-                                                ++count[size_t(qp.position(call.query_begin + i) * N +
-                                                               kp.position(call.key_begin + j))];
-                                }
-                            }
-                        bool exact = true;
-                        for (int64_t i = 0; i < N; ++i)
-                            for (int64_t j = 0; j < N; ++j)
-                                exact = exact && count[size_t(i * N + j)] == ((!causal || j <= i) ? 1 : 0);
-                        CHECK(exact);
-                    }
+                    for (bool causal : {false, true})  // striped's pieces are never cut
+                        check_calls_cover_every_pair_once(cut, N, P, causal, sharding == Sharding::striped ? 0 : cap);
                 }
     CHECK_THROWS_AS(make_shards(Sharding::contiguous, 10, 2, -1), std::invalid_argument);
     // The default cuts only runs longer than kRingMaxPiece.
