@@ -47,10 +47,34 @@ double relative_error(const std::vector<double>& out, const std::vector<double>&
     return compare(out, ref).relative_l2;
 }
 
+// Inputs for `whole` (q, k, v and dO drawn from seeds seed .. seed + 3) and the FP64 reference
+// forward and backward on them: the yardstick of the simulated backward's cases.
+struct ReferenceCase {
+    std::vector<float> q, k, v, dout;
+    std::vector<double> o, lse, dq, dk, dv;
+};
+
+ReferenceCase reference_case(const AttentionShape& whole, uint64_t seed) {
+    ReferenceCase c;
+    c.q = random_inputs(size_t(whole.q_elements()), seed);
+    c.k = random_inputs(size_t(whole.kv_elements()), seed + 1);
+    c.v = random_inputs(size_t(whole.kv_elements()), seed + 2);
+    c.dout = random_inputs(c.q.size(), seed + 3);
+    c.o.resize(c.q.size());
+    c.lse.resize(size_t(whole.lse_elements()));
+    reference_forward(whole, c.q.data(), c.k.data(), c.v.data(), c.o.data(), c.lse.data());
+    c.dq.resize(c.q.size());
+    c.dk.resize(c.k.size());
+    c.dv.resize(c.v.size());
+    reference_backward(whole, c.q.data(), c.k.data(), c.v.data(), c.dout.data(), c.dq.data(), c.dk.data(),
+                       c.dv.data());
+    return c;
+}
+
 // Runs every call of the ring over P GPUs and N tokens (block_calls at each step, each GPU
-// against the block it holds) and checks that each call stays inside its pieces, covers at most
-// `cap` queries and keys (where cap > 0), and that together they
-// compute every attended (query, key) pair exactly once and no other.
+// against the block it holds) and checks that each call stays inside its pieces and covers at
+// most `cap` queries and keys (where cap > 0), and that together the calls compute every
+// attended (query, key) pair exactly once and no other.
 void check_calls_cover_every_pair_once(const std::vector<Shard>& shards, int64_t N, int P, bool causal,
                                        int64_t cap = 0) {
     std::vector<int> count(size_t(N * N), 0);
@@ -424,27 +448,19 @@ TEST_CASE("ring simulated: with runs cut at max_piece, forward and backward equa
             for (Sharding sharding : {Sharding::contiguous, Sharding::zigzag})
                 for (int64_t cap : {int64_t(4), int64_t(7)}) {
                     const AttentionShape whole = make_shape(1, 2, 41, 41, 64, causal);
-                    const uint64_t s = seed + uint64_t(++cases) * 13;
-                    const auto q = random_inputs(size_t(whole.q_elements()), s);
-                    const auto k = random_inputs(size_t(whole.kv_elements()), s + 1);
-                    const auto v = random_inputs(size_t(whole.kv_elements()), s + 2);
-                    const auto dout = random_inputs(q.size(), s + 3);
-                    std::vector<double> o(q.size()), lse(size_t(whole.lse_elements()));
-                    reference_forward(whole, q.data(), k.data(), v.data(), o.data(), lse.data());
-                    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
-                    reference_backward(whole, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(),
-                                       dv.data());
+                    const ReferenceCase r = reference_case(whole, seed + uint64_t(++cases) * 13);
                     INFO(whole.to_string(), " P=", P, " ", std::string(sharding_name(sharding)), " max_piece=", cap);
-                    const RingResult forward = simulate_ring_forward(whole, sharding, P, q, k, v, false, cap);
-                    CHECK(relative_error(forward.o, o) < 1e-12);
-                    CHECK(compare(forward.lse, lse).max_abs < 1e-12);
-                    const RingResult fp32 = simulate_ring_forward(whole, sharding, P, q, k, v, true, cap);
-                    CHECK(relative_error(fp32.o, o) < 1e-6);
-                    const RingResult backward = simulate_ring_backward(whole, sharding, P, q, k, v, o, lse, dout,
-                                                                       DeltaSource::whole_row, DqCentring::none, cap);
-                    CHECK(relative_error(backward.dq, dq) < 1e-11);
-                    CHECK(relative_error(backward.dk, dk) < 1e-11);
-                    CHECK(relative_error(backward.dv, dv) < 1e-11);
+                    const RingResult forward = simulate_ring_forward(whole, sharding, P, r.q, r.k, r.v, false, cap);
+                    CHECK(relative_error(forward.o, r.o) < 1e-12);
+                    CHECK(compare(forward.lse, r.lse).max_abs < 1e-12);
+                    const RingResult fp32 = simulate_ring_forward(whole, sharding, P, r.q, r.k, r.v, true, cap);
+                    CHECK(relative_error(fp32.o, r.o) < 1e-6);
+                    const RingResult backward =
+                        simulate_ring_backward(whole, sharding, P, r.q, r.k, r.v, r.o, r.lse, r.dout,
+                                               DeltaSource::whole_row, DqCentring::none, cap);
+                    CHECK(relative_error(backward.dq, r.dq) < 1e-11);
+                    CHECK(relative_error(backward.dk, r.dk) < 1e-11);
+                    CHECK(relative_error(backward.dv, r.dv) < 1e-11);
                 }
     CHECK(cases == 2 * 2 * 2 * 2);
 }
@@ -477,21 +493,13 @@ TEST_CASE("ring simulated: backward, dQ at home and dK, dV carried round, equals
                 for (int P : {2, 3, 4, 8})
                     for (Sharding sharding : kShardings) {
                         const AttentionShape whole = make_shape(1, 2, int(N), int(N), head_dim, causal);
-                        const uint64_t s = seed + uint64_t(++cases) * 11;
-                        const auto q = random_inputs(size_t(whole.q_elements()), s);
-                        const auto k = random_inputs(size_t(whole.kv_elements()), s + 1);
-                        const auto v = random_inputs(size_t(whole.kv_elements()), s + 2);
-                        const auto dout = random_inputs(q.size(), s + 3);
-                        std::vector<double> o(q.size()), lse(size_t(whole.lse_elements()));
-                        reference_forward(whole, q.data(), k.data(), v.data(), o.data(), lse.data());
-                        std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
-                        reference_backward(whole, q.data(), k.data(), v.data(), dout.data(), dq.data(),
-                                           dk.data(), dv.data());
-                        const RingResult ring = simulate_ring_backward(whole, sharding, P, q, k, v, o, lse, dout);
+                        const ReferenceCase r = reference_case(whole, seed + uint64_t(++cases) * 11);
+                        const RingResult ring =
+                            simulate_ring_backward(whole, sharding, P, r.q, r.k, r.v, r.o, r.lse, r.dout);
                         INFO(whole.to_string(), " P=", P, " ", std::string(sharding_name(sharding)));
-                        CHECK(relative_error(ring.dq, dq) < 1e-11);
-                        CHECK(relative_error(ring.dk, dk) < 1e-11);
-                        CHECK(relative_error(ring.dv, dv) < 1e-11);
+                        CHECK(relative_error(ring.dq, r.dq) < 1e-11);
+                        CHECK(relative_error(ring.dk, r.dk) < 1e-11);
+                        CHECK(relative_error(ring.dv, r.dv) < 1e-11);
                     }
     CHECK(cases == 2 * 2 * 4 * 4 * 3);
 }
@@ -504,24 +512,17 @@ TEST_CASE("ring simulated: delta summed over a block's own keys is right on one 
     const uint64_t seed = fresh_seed();
     INFO("seed=", seed);
     const AttentionShape whole = make_shape(1, 2, 40, 40, 64, /*causal=*/true);
-    const auto q = random_inputs(size_t(whole.q_elements()), seed);
-    const auto k = random_inputs(size_t(whole.kv_elements()), seed + 1);
-    const auto v = random_inputs(size_t(whole.kv_elements()), seed + 2);
-    const auto dout = random_inputs(q.size(), seed + 3);
-    std::vector<double> o(q.size()), lse(size_t(whole.lse_elements()));
-    reference_forward(whole, q.data(), k.data(), v.data(), o.data(), lse.data());
-    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
-    reference_backward(whole, q.data(), k.data(), v.data(), dout.data(), dq.data(), dk.data(), dv.data());
+    const ReferenceCase r = reference_case(whole, seed);
 
-    const RingResult one = simulate_ring_backward(whole, Sharding::contiguous, 1, q, k, v, o, lse, dout,
+    const RingResult one = simulate_ring_backward(whole, Sharding::contiguous, 1, r.q, r.k, r.v, r.o, r.lse, r.dout,
                                                   DeltaSource::block_keys);
-    CHECK(relative_error(one.dq, dq) < 1e-11);
-    CHECK(relative_error(one.dk, dk) < 1e-11);
-    const RingResult ring = simulate_ring_backward(whole, Sharding::zigzag, 2, q, k, v, o, lse, dout,
+    CHECK(relative_error(one.dq, r.dq) < 1e-11);
+    CHECK(relative_error(one.dk, r.dk) < 1e-11);
+    const RingResult ring = simulate_ring_backward(whole, Sharding::zigzag, 2, r.q, r.k, r.v, r.o, r.lse, r.dout,
                                                    DeltaSource::block_keys);
-    CHECK(relative_error(ring.dq, dq) > 1e-3);
-    CHECK(relative_error(ring.dk, dk) > 1e-3);
-    CHECK(relative_error(ring.dv, dv) < 1e-11);
+    CHECK(relative_error(ring.dq, r.dq) > 1e-3);
+    CHECK(relative_error(ring.dk, r.dk) > 1e-3);
+    CHECK(relative_error(ring.dv, r.dv) < 1e-11);
     // The smallest call of a ring, which the GPU ring's backward checks against 129 keys.
     CHECK(smallest_call_keys(make_shape(1, 1, 1032, 1032, 64, true), Sharding::zigzag, 4) == 129);
     CHECK(smallest_call_keys(make_shape(1, 1, 1031, 1031, 64, true), Sharding::zigzag, 4) == 128);
