@@ -39,8 +39,9 @@ struct Piece {
 
 // What one GPU holds: its pieces in order. In memory each piece is a tensor of its own,
 // [batch, heads, length, head_dim], and the pieces lie one after another ("piece-major"), so
-// that every piece is a contiguous tensor of the attention contract. With one piece (contiguous,
-// striped) that is the plain [batch, heads, len, head_dim] layout.
+// that every piece is a contiguous tensor of the attention contract. With one piece (striped;
+// contiguous up to kRingMaxPiece tokens per GPU) that is the plain [batch, heads, len, head_dim]
+// layout; a contiguous run cut in pieces is that layout only when batch * heads = 1.
 struct Shard {
     std::vector<Piece> pieces;
     int64_t length() const;             // tokens held
