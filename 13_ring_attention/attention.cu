@@ -1,6 +1,6 @@
 // Stage 13: ring attention. The sequence is split across P GPUs; each GPU
 // keeps its queries and, step by step, computes them against the key/value block in hand with
-// stage 11's forward (its output and log-sum-exp), merges that partial result into an FP32
+// stage 12's forward (its output and log-sum-exp), merges that partial result into an FP32
 // accumulator by the rule of stage 03 (merge.h), and meanwhile passes the block one hop round
 // the ring with NCCL on a second stream. The backward walks the same ring with stage 11's
 // backward: dQ is summed where it lives, dK and dV travel with their block and come home.
@@ -9,8 +9,10 @@
 // its centred dQ: a call's own keys' mean is right only for a call that sees all of a row's keys
 // (see `the key centre` below).
 //
-// Stage 11's kernels are not copied here: its object (build/11_hopper_backward/obj/attention.o)
-// is linked, and this file calls its C++ contract, attention_forward and attention_backward.
+// Neither stage's kernels are copied here: stage 11's object (build/11_hopper_backward/obj/
+// attention.o) is linked, and this file calls its C++ contract's attention_backward; stage 12's
+// forward comes through its C ABI library (fastest_forward, below), because the two stages'
+// C++ names are the same.
 // One process drives every GPU: one host thread each (made with the ring, kept for its life),
 // one NCCL communicator each (ncclCommInitAll).
 #include <algorithm>
@@ -35,6 +37,7 @@
 #include <nccl.h>
 
 #include "attention.h"
+#include "attention_c.h"
 #include "cuda_check.h"
 #include "merge.h"
 #include "ring.h"
@@ -648,6 +651,26 @@ std::string ring_nccl_version() {
     return text(version) + " (built with " + text(NCCL_VERSION_CODE) + ")";
 }
 
+// excerpt: fastest-forward
+void fastest_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, const AttentionShape& shape,
+                     cudaStream_t stream) {
+    AttentionCShape c_shape{};
+    c_shape.batch = shape.batch;
+    c_shape.heads = shape.heads;
+    c_shape.len_q = shape.len_q;
+    c_shape.len_kv = shape.len_kv;
+    c_shape.head_dim = shape.head_dim;
+    c_shape.causal = shape.causal ? 1 : 0;
+    c_shape.scale = shape.scale;
+    c_shape.deterministic = shape.deterministic ? 1 : 0;
+    const int status = attention_c_forward(q, k, v, o, lse, &c_shape, stream);
+    if (status == ATTENTION_C_OK) return;
+    const std::string message = std::string("stage 12's forward: ") + attention_c_last_error();
+    if (status == ATTENTION_C_INVALID_ARGUMENT) throw std::invalid_argument(message);
+    throw std::runtime_error(message);
+}
+// end excerpt
+
 void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector<const bf16*>& k,
                             const std::vector<const bf16*>& v, const std::vector<bf16*>& o,
                             const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding,
@@ -738,7 +761,7 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                 const bf16* k_call = block.k + plan.piece_start(owner, call.key_piece, D);  // whole pieces
                 const bf16* v_call = block.v + plan.piece_start(owner, call.key_piece, D);
                 if (alone && whole) {
-                    attention_forward(q_call, k_call, v_call, o[size_t(r)] + plan.piece_start(r, p, D),
+                    fastest_forward(q_call, k_call, v_call, o[size_t(r)] + plan.piece_start(r, p, D),
                                       lse[size_t(r)] + plan.piece_start(r, p, 1), plan.call_shape(call), compute);
                     merged[size_t(p)] = true;
                     break;
@@ -747,7 +770,7 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                 bf16* o_part = reinterpret_cast<bf16*>(at(o_part_at[slot]));
                 float* lse_part = reinterpret_cast<float*>(at(lse_part_at[slot]));
                 partials.push_back({o_part, lse_part, call.query_begin, call.query_count});
-                attention_forward(q_call, k_call, v_call, o_part, lse_part, plan.call_shape(call), compute);
+                fastest_forward(q_call, k_call, v_call, o_part, lse_part, plan.call_shape(call), compute);
             }
             return partials;
         };
