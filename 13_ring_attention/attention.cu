@@ -735,12 +735,6 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         Events ready(1), arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
         CUDA_CHECK(cudaEventRecord(ready[0], compute));
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
-        // The copied query rows are needed from step 1 on: copied on the NCCL stream before the
-        // first transfer, so that step 0 computes meanwhile and every step that waits for a block
-        // waits for them too.
-        if (slice.piece >= 0)
-            gather_rows(reinterpret_cast<bf16*>(at(q_rows_at)), q[size_t(r)] + plan.piece_start(r, slice.piece, D), BH,
-                        plan.piece_rows(r, slice.piece), slice.begin, slice.count, D, comm);
 
         std::vector<bool> merged(size_t(pieces), false);  // a query piece's accumulator holds a state
         // Stage 11 on each call of `step` for query piece p, into the partial results; none when
@@ -775,6 +769,15 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
             return partials;
         };
 
+        // The copied query rows, needed from step 1 on: on the NCCL stream after the first
+        // transfer (stage 12's grid holds every SM until its call ends: a transfer queued behind
+        // the copy waited for step 0's call, lab notes 13), step 1's arrival recorded after it.
+        auto copy_query_rows = [&] {
+            if (slice.piece < 0) return;
+            gather_rows(reinterpret_cast<bf16*>(at(q_rows_at)), q[size_t(r)] + plan.piece_start(r, slice.piece, D), BH,
+                        plan.piece_rows(r, slice.piece), slice.begin, slice.count, D, comm);
+            if (P > 1) CUDA_CHECK(cudaEventRecord(arrived[1], comm));
+        };
         // excerpt: forward-ring
         auto pass = [&](int step) {  // the block for `step` arrives while step - 1 computes
             Block into = block_in_hand(step);
@@ -783,6 +786,7 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
             CUDA_CHECK(cudaEventRecord(arrived[size_t(step)], comm));
         };
         if (P > 1) pass(1);
+        copy_query_rows();  // after the first transfer's launch
         for (int step = 0; step < P; ++step) {
             if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, arrived[size_t(step)], 0));
             const std::vector<BlockCall> calls = plan.calls(r, step);
