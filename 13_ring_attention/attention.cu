@@ -885,10 +885,10 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
             bf16* buffer = reinterpret_cast<bf16*>(at(block_at[step % 2]));
             return {buffer, buffer + plan.elements(block_owner(r, step, P))};
         };
-        // The dK, dV sums of the block in hand at `step` (step P: this GPU's own, come home).
+        // The dK, dV sums (FP32) of the block in hand at `step`.
         auto sums_in_hand = [&](int step) { return reinterpret_cast<float*>(at(sums_at[step % 2])); };
 
-        Events centring(2), ready(1), kv_arrived(static_cast<size_t>(P)), sums_arrived(size_t(P + 1)), computed(static_cast<size_t>(P)), transfers_done(1);
+        Events centring(2), ready(1), kv_arrived(static_cast<size_t>(P)), sums_arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
         CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(BH * rows * D) * sizeof(float), compute));
         CUDA_CHECK(cudaMemsetAsync(sums_in_hand(0), 0, size_t(2 * plan.elements(r)) * sizeof(float), compute));
         // The mean of all keys, the centre of every call's centred dQ (`the key centre`).
@@ -913,8 +913,8 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                        const_cast<bf16*>(into.k), const_cast<bf16*>(into.v), block_owner(r, step, P));
             CUDA_CHECK(cudaEventRecord(kv_arrived[size_t(step)], comm));
         };
-        // After step `step`: its block's dK, dV sums go on to the next GPU; the sums of the block
-        // of step + 1 come in (after the last step, this GPU's own come home).
+        // After step `step` (not the last): its block's dK, dV sums go on to the next GPU; the sums
+        // of the block of step + 1 come in.
         auto pass_sums = [&](int step) {
             const size_t send_count = size_t(2 * plan.elements(block_owner(r, step, P)));
             const size_t receive_count = size_t(2 * plan.elements(block_owner(r, step + 1, P)));
@@ -929,6 +929,24 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
             NCCL_CHECK(ncclGroupEnd(), device.comm);
             // end excerpt
             CUDA_CHECK(cudaEventRecord(sums_arrived[size_t(step + 1)], comm));
+        };
+        // After the last step: the block's finished dK, dV (in bf16) go home, and this GPU's own
+        // come in, straight into dk and dv.
+        auto pass_home = [&](const bf16* finished, int owner) {
+            const size_t send_count = size_t(plan.elements(owner)), receive_count = size_t(plan.elements(r));
+            NCCL_CHECK(ncclGroupStart(), device.comm);
+            if (send_count > 0) {
+                NCCL_CHECK(ncclSend(finished, send_count, ncclBfloat16, plan.next(r), device.comm, comm), device.comm);
+                NCCL_CHECK(ncclSend(finished + send_count, send_count, ncclBfloat16, plan.next(r), device.comm, comm),
+                           device.comm);
+            }
+            if (receive_count > 0) {
+                NCCL_CHECK(ncclRecv(dk[size_t(r)], receive_count, ncclBfloat16, plan.previous(r), device.comm, comm),
+                           device.comm);
+                NCCL_CHECK(ncclRecv(dv[size_t(r)], receive_count, ncclBfloat16, plan.previous(r), device.comm, comm),
+                           device.comm);
+            }
+            NCCL_CHECK(ncclGroupEnd(), device.comm);
         };
 
         if (P > 1) pass_kv(1);
@@ -975,18 +993,22 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                 add_rows(sums + plan.elements(owner) + key_start, reinterpret_cast<bf16*>(at(dv_part_at[c])), BH,
                          key_rows, call.key_begin, call.key_count, D, compute);
             }
+            const bool last = step == P - 1;
+            // The last hop carries finished sums: rounded to bf16 here, as the owner would round
+            // them, into the block's buffer (its K, V are no longer read), it moves half the bytes.
+            if (last && P > 1) to_bf16(const_cast<bf16*>(block.k), sums, 2 * plan.elements(owner), compute);
             CUDA_CHECK(cudaEventRecord(computed[size_t(step)], compute));
             if (P > 1) {
                 CUDA_CHECK(cudaStreamWaitEvent(comm, computed[size_t(step)], 0));
-                pass_sums(step);
+                if (last) pass_home(block.k, owner); else pass_sums(step);
                 if (step + 2 < P) pass_kv(step + 2);
             }
         }
-        const float* home = sums_in_hand(P > 1 ? P : 0);
-        if (P > 1) CUDA_CHECK(cudaStreamWaitEvent(compute, sums_arrived[size_t(P)], 0));
         to_bf16(dq[size_t(r)], dq_sum, BH * rows * D, compute);
-        to_bf16(dk[size_t(r)], home, plan.elements(r), compute);
-        to_bf16(dv[size_t(r)], home + plan.elements(r), plan.elements(r), compute);
+        if (P == 1) {
+            to_bf16(dk[size_t(r)], sums_in_hand(0), plan.elements(r), compute);
+            to_bf16(dv[size_t(r)], sums_in_hand(0) + plan.elements(r), plan.elements(r), compute);
+        }
         CUDA_CHECK(cudaEventRecord(transfers_done[0], comm));
         CUDA_CHECK(cudaStreamWaitEvent(compute, transfers_done[0], 0));
         ring_->wait(compute);
