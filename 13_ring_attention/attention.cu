@@ -136,19 +136,15 @@ __global__ void gather_rows_kernel(T* __restrict__ dst, const T* __restrict__ sr
 
 // acc[h][begin + i] += part[h][i] in FP32: a call's dQ (or dK, dV) into the piece's sum. Memory
 // bound, on the compute stream between the attention calls: eight elements a thread (one 16-byte
-// load of bf16, two of FP32) where the rows and pointers allow it, heads along the grid's y.
+// load of bf16, two of FP32), heads along the grid's y. Rows of head_dim elements (64 or 128) and
+// tensors aligned to 16 bytes (validate_ring) keep every access whole.
 __global__ void add_rows_kernel(float* __restrict__ acc, const bf16* __restrict__ part, int64_t batch_heads,
-                                int64_t acc_rows, int64_t begin, int64_t count, int64_t width, bool vectors) {
-    const int64_t per_head = count * width, step = int64_t(gridDim.x) * blockDim.x;
-    const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+                                int64_t acc_rows, int64_t begin, int64_t count, int64_t width) {
+    const int64_t per_head = count * width, step = int64_t(gridDim.x) * blockDim.x * 8;
     for (int64_t h = blockIdx.y; h < batch_heads; h += gridDim.y) {
         float* a = acc + (h * acc_rows + begin) * width;
         const bf16* p = part + h * per_head;
-        if (!vectors) {
-            for (int64_t e = first; e < per_head; e += step) a[e] += __bfloat162float(p[e]);
-            continue;
-        }
-        for (int64_t e = first * 8; e < per_head; e += step * 8) {
+        for (int64_t e = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; e < per_head; e += step) {
             const uint4 packed = *reinterpret_cast<const uint4*>(p + e);
             const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
             float4* out = reinterpret_cast<float4*>(a + e);
@@ -206,17 +202,15 @@ __global__ void scale_kernel(float* __restrict__ data, float factor, int64_t cou
         data[e] *= factor;
 }
 
-// dst = src rounded to bf16; eight elements a thread where the pointers allow, the rest one each.
-__global__ void to_bf16_kernel(bf16* __restrict__ dst, const float* __restrict__ src, int64_t count, bool vectors) {
-    const int64_t first = int64_t(blockIdx.x) * blockDim.x + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
-    const int64_t vectored = vectors ? count / 8 * 8 : 0;
-    for (int64_t e = first * 8; e < vectored; e += step * 8) {
+// dst = src rounded to bf16, eight elements a thread (counts of whole rows of 64 or 128).
+__global__ void to_bf16_kernel(bf16* __restrict__ dst, const float* __restrict__ src, int64_t count) {
+    for (int64_t e = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; e < count;
+         e += int64_t(gridDim.x) * blockDim.x * 8) {
         const float4 lo = *reinterpret_cast<const float4*>(src + e), hi = *reinterpret_cast<const float4*>(src + e + 4);
-        __nv_bfloat162 pairs[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
-                                   __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
+        const __nv_bfloat162 pairs[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
+                                         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
         *reinterpret_cast<uint4*>(dst + e) = *reinterpret_cast<const uint4*>(pairs);
     }
-    for (int64_t e = vectored + first; e < count; e += step) dst[e] = __float2bfloat16_rn(src[e]);
 }
 
 template <class T>
@@ -227,24 +221,26 @@ void gather_rows(T* dst, const T* src, int64_t batch_heads, int64_t src_rows, in
     CUDA_CHECK_LAUNCH();
 }
 
-bool aligned16(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+// The eight-element kernels' terms, which validate_ring's alignment and head dims guarantee.
+void check_eights(const void* a, const void* b, int64_t elements) {
+    if (reinterpret_cast<uintptr_t>(a) % 16 != 0 || reinterpret_cast<uintptr_t>(b) % 16 != 0 || elements % 8 != 0)
+        throw std::logic_error("ring attention: rows of a multiple of 8 elements at 16-byte aligned addresses expected");
+}
 
 void add_rows(float* acc, const bf16* part, int64_t batch_heads, int64_t acc_rows, int64_t begin,
               int64_t count, int64_t width, cudaStream_t stream) {
     if (batch_heads * count * width == 0) return;
-    const bool vectors = width % 8 == 0 && aligned16(acc + begin * width) && aligned16(part);
-    const int64_t per_head = count * width / (vectors ? 8 : 1);
+    check_eights(acc + begin * width, part, width);
     const unsigned heads = unsigned(std::min<int64_t>(batch_heads, 65535));
-    const unsigned blocks = std::min(grid_for(per_head), std::max(1u, 4096u / heads));  // ~4096 blocks in all
-    add_rows_kernel<<<dim3(blocks, heads), THREADS, 0, stream>>>(acc, part, batch_heads, acc_rows, begin, count,
-                                                                 width, vectors);
+    const unsigned blocks = std::min(grid_for(count * width / 8), std::max(1u, 4096u / heads));  // ~4096 in all
+    add_rows_kernel<<<dim3(blocks, heads), THREADS, 0, stream>>>(acc, part, batch_heads, acc_rows, begin, count, width);
     CUDA_CHECK_LAUNCH();
 }
 
 void to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream) {
     if (count == 0) return;
-    const bool vectors = aligned16(dst) && aligned16(src);
-    to_bf16_kernel<<<grid_for(vectors ? (count + 7) / 8 : count), THREADS, 0, stream>>>(dst, src, count, vectors);
+    check_eights(dst, src, count);
+    to_bf16_kernel<<<grid_for(count / 8), THREADS, 0, stream>>>(dst, src, count);
     CUDA_CHECK_LAUNCH();
 }
 
