@@ -146,8 +146,8 @@ __device__ __forceinline__ WorkTile work_tile(int tile, const TileOrder& order, 
 // Work item `item` of the block's walk (of `items`: past them, the end): the first `whole` are
 // whole work tiles; after them each of the last work tiles comes as `parts` parts, one after
 // the other (item whole + j is part j % parts of work tile whole + j / parts, workspace slot j).
-// Whole items come first in every block's walk (it takes b, b + gridDim.x, ...: increasing),
-// which keeps the storer's protocol as it was: see the storer.
+// Whole items come first in every block's walk (b, then b + gridDim.x, ... or the counter's next
+// items: increasing either way), which keeps the storer's protocol as it was: see the storer.
 // Only the D = 64 configuration splits (its exponentials bound it, and its last round is the
 // longest share of the call; at D = 128 the split measured no gain and its code cost 1-2%,
 // lab notes 12). The others' items are whole tiles from kv_begin 0, known at compile time, so
@@ -789,6 +789,16 @@ merge_parts_kernel(const float* __restrict__ split_o, const float* __restrict__ 
 }
 // end excerpt
 
+// Whether a call's blocks take their work tiles from a counter (one int the launcher zeroes
+// before the launch) rather than at a fixed stride. Causal work tiles differ in length: from four
+// per SM on, the counter balances them. Non-causal ones are alike, but a block can start late,
+// when another kernel holds its SM (NCCL's, beside the forward in stage 13's ring): at a fixed
+// stride the call then waits for that block's share, from the counter the block takes fewer. From
+// sixteen work tiles per SM on, where the zeroing's few microseconds are a small fraction of the call.
+inline bool counted(bool causal, int64_t tiles, int multiprocessors) {
+    return tiles >= int64_t(causal ? 4 : 16) * multiprocessors;
+}
+
 // The SMs of the current device: the persistent grid's size and the split plan's S.
 int multiprocessor_count() {
     int device = 0, multiprocessors = 0;
@@ -813,15 +823,18 @@ size_t split_bytes(const SplitPlan& plan) {
                                size_t(Config::HEAD_DIM + 1), sizeof(float)});
 }
 
-// The non-causal workspace of a shape: its split's parts. A shape of more than 2^31 - 1 work
-// tiles, which the launcher refuses, reports what a split of it could take at most (S - 1 work
-// tiles in parts of two K/V tiles), saturated: never less than a smaller shape's, never wrapped.
+// The non-causal workspace of a shape: its split's parts, then the counter where the call takes
+// its tiles from one. A shape of more than 2^31 - 1 work tiles, which the launcher refuses,
+// reports what a split of it could take at most (S - 1 work tiles in parts of two K/V tiles) and
+// the counter, saturated: never less than a smaller shape's, never wrapped.
 template <class Config>
 size_t workspace_bytes(const AttentionShape& shape, int multiprocessors) {
     const int64_t tiles = int64_t(ceil_div(shape.len_q, Config::BLOCK_Q)) * shape.batch * shape.heads;
-    if (tiles <= INT_MAX) return split_bytes<Config>(split_plan<Config>(shape, multiprocessors));
-    return saturating_product({size_t(multiprocessors - 1), size_t(ceil_div(shape.len_kv, Config::BLOCK_KV) / 2),
-                               size_t(Config::BLOCK_Q), size_t(Config::HEAD_DIM + 1), sizeof(float)});
+    const size_t counter = counted(false, tiles, multiprocessors) ? sizeof(int) : 0;
+    if (tiles <= INT_MAX) return split_bytes<Config>(split_plan<Config>(shape, multiprocessors)) + counter;
+    const size_t parts = saturating_product({size_t(multiprocessors - 1), size_t(ceil_div(shape.len_kv, Config::BLOCK_KV) / 2),
+                                             size_t(Config::BLOCK_Q), size_t(Config::HEAD_DIM + 1), sizeof(float)});
+    return parts > SIZE_MAX - counter ? SIZE_MAX : parts + counter;
 }
 
 // Heads per group of the grid, as in stage 06: all of them when their K and V fit in L2
@@ -889,15 +902,19 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     // takes more (longest first, as the hardware hands out the blocks of an ordinary grid). The
     // zeroing is one more operation in the stream (a few microseconds): below four work tiles
     // per SM a causal call keeps the one-tile grid, whose blocks the hardware hands out so.
+    // Long non-causal calls take the counter too, so that a block that starts late takes fewer
+    // tiles (`counted`).
     const int multiprocessors = multiprocessor_count();
-    const bool counted = shape.causal && tiles >= 4 * int64_t(multiprocessors);
+    const bool counter = counted(shape.causal, tiles, multiprocessors);
     // Non-causal, the last round's work tiles may be split along K/V (split_plan.h): F whole
     // work tiles, then r * g parts, whose partial O and LSE the workspace holds.
     const SplitPlan plan = split_plan<Config>(shape, multiprocessors);
     const int64_t items = plan.items();
-    const int blocks = int(shape.causal && !counted ? tiles : std::min<int64_t>(items, multiprocessors));
-    Workspace workspace(counted ? sizeof(int) : split_bytes<Config>(plan), stream);
-    if (counted) CUDA_CHECK(cudaMemsetAsync(workspace.as<int>(), 0, sizeof(int), stream));
+    const int blocks = int(shape.causal && !counter ? tiles : std::min<int64_t>(items, multiprocessors));
+    const size_t parts_bytes = split_bytes<Config>(plan);
+    Workspace workspace(parts_bytes + (counter ? sizeof(int) : 0), stream);
+    int* tile_counter = counter ? reinterpret_cast<int*>(workspace.as<char>() + parts_bytes) : nullptr;
+    if (counter) CUDA_CHECK(cudaMemsetAsync(tile_counter, 0, sizeof(int), stream));
     // end excerpt
     float* split_o = plan.split() ? workspace.as<float>() : nullptr;
     const size_t split_o_floats = size_t(plan.split_tiles) * plan.parts * Config::BLOCK_Q * Config::HEAD_DIM;
@@ -916,7 +933,7 @@ void launch(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse,
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Config::SHARED_BYTES)));
     kernel<<<unsigned(blocks), Config::THREADS, Config::SHARED_BYTES, stream>>>(
-        q_map, k_map, v_map, o_map, lse, counted ? workspace.as<int>() : nullptr, split_o, split_lse,
+        q_map, k_map, v_map, o_map, lse, tile_counter, split_o, split_lse,
         order, shape.len_q, shape.len_kv, q_tiles, int(items), plan.whole, shape.softmax_scale(), shape.causal);
     CUDA_CHECK_LAUNCH();
     if (plan.split()) {
@@ -939,8 +956,9 @@ const StageCapabilities& stage_capabilities() {
 }
 
 // Causal: the kernel's tile counter (one int), whether or not a shape has enough tiles to use
-// it. Non-causal: the split work tiles' partial O and LSE (zero where nothing is split), which
-// depend on the device's SMs; with no device visible (CI), those of an H100 SXM (132).
+// it. Non-causal: the split work tiles' partial O and LSE (zero where nothing is split) and the
+// counter of a long call, which depend on the device's SMs; with no device visible (CI), those of
+// an H100 SXM (132).
 size_t attention_workspace_bytes(const AttentionShape& shape) {
     if (shape.causal) return sizeof(int);
     if (shape.head_dim != 64 && shape.head_dim != 128) return 0;

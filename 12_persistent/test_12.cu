@@ -22,6 +22,18 @@ int multiprocessors() {
     return count;
 }
 
+// The SMs the launcher plans for: the device's, or an H100 SXM's 132 where none is visible (CI),
+// as attention_workspace_bytes does.
+int multiprocessors_or_h100() {
+    int device = 0, count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 132;
+    }
+    return count;
+}
+
 // Work tiles of the shape: BLOCK_Q is 128 at D = 128 (two consumers), 192 at D = 64 (three).
 int64_t work_tiles(const AttentionShape& shape) {
     const int block_q = shape.head_dim == 64 ? 192 : 128;
@@ -66,6 +78,22 @@ GPU_TEST_CASE("12: persistent grid: one K/V tile per work tile, two and more wor
     });
 }
 
+GPU_TEST_CASE("12: persistent grid: a long non-causal call takes its tiles from the counter") {
+    // Sixteen work tiles per SM and more (one query tile per head): the counter, not the stride.
+    // At D = 64 with 4,096 keys the last round is split as well, so that the counter hands out
+    // the parts after the whole tiles.
+    const int sms = multiprocessors();
+    for (const int head_dim : {64, 128}) {
+        const AttentionShape shape = make_shape(1, 16 * sms + 3, 7, 300, head_dim, false);
+        REQUIRE(attention_workspace_bytes(shape) == sizeof(int));
+        check_persistent(shape);
+    }
+    const AttentionShape split = make_shape(1, 16 * sms + 44, 1, 4096, 64, false);
+    REQUIRE(split_of(split, sms).split());
+    CHECK(attention_workspace_bytes(split) > sizeof(int));
+    check_forward(split);
+}
+
 GPU_TEST_CASE("12: persistent grid: ragged work tiles over several K/V tiles") {
     const int sms = multiprocessors();
     for_each_variant([&](int head_dim, bool causal) {
@@ -76,17 +104,25 @@ GPU_TEST_CASE("12: persistent grid: ragged work tiles over several K/V tiles") {
     });
 }
 
-TEST_CASE("12: workspace: the causal tile counter, or the split work tiles' parts") {
+TEST_CASE("12: workspace: the tile counter, or the split work tiles' parts") {
     // The launcher zeroes one int for the counter before a causal launch (and uses it from four
-    // work tiles per SM on); a non-causal call needs the parts' FP32 O and LSE where it splits
-    // its last round (the SMs' count decides: 132 where no device is visible), else nothing.
+    // work tiles per SM on) and before a non-causal one of sixteen work tiles per SM or more; a
+    // non-causal call needs the parts' FP32 O and LSE where it splits its last round (the SMs'
+    // count decides: 132 where no device is visible), else nothing.
+    const int sms = multiprocessors_or_h100();
     for (const int head_dim : {64, 128}) {
+        const int block_q = head_dim == 64 ? 192 : 128;
         CHECK(attention_workspace_bytes(make_shape(1, 1, 1, 1, head_dim, true)) == sizeof(int));
         CHECK(attention_workspace_bytes(make_shape(16, 16, 4096, 4096, head_dim, true)) == sizeof(int));
         CHECK(attention_workspace_bytes(make_shape(1, 1, 1, 1, head_dim, false)) == 0);  // one K/V tile
+        // 16 tiles per SM less one: no counter; exactly 16: the counter (one query tile per head).
+        CHECK(attention_workspace_bytes(make_shape(1, 16 * sms - 1, block_q, 200, head_dim, false)) == 0);
+        CHECK(attention_workspace_bytes(make_shape(1, 16 * sms, block_q, 200, head_dim, false)) == sizeof(int));
+        // 5,632 (D = 64) or 8,192 work tiles: the counter, and the parts of a split where there is one.
         const size_t bytes = attention_workspace_bytes(make_shape(16, 16, 4096, 4096, head_dim, false));
-        const size_t part_bytes = size_t(head_dim == 64 ? 192 : 128) * (head_dim + 1) * sizeof(float);
-        CHECK(bytes % part_bytes == 0);
+        const size_t part_bytes = size_t(block_q) * (head_dim + 1) * sizeof(float);
+        REQUIRE(bytes >= sizeof(int));
+        CHECK((bytes - sizeof(int)) % part_bytes == 0);
     }
 }
 
@@ -122,9 +158,9 @@ TEST_CASE("12: the split of the last round") {
     CHECK(plan_split(1, 132, 1).parts == 1);
     // A long call whose last round is a sliver of its time: the shared suite's "workspace larger
     // than the device" shape, 64x64x65536^2 at D = 64 (1,400,832 work tiles of 512 K/V tiles,
-    // 10,613 rounds): no split, so no workspace, as that case expects of a stage without one.
+    // 10,613 rounds): no split, so no parts; the tile counter alone, which that case lets fit.
     CHECK(plan_split(1400832, 132, 512).parts == 1);
-    CHECK(attention_workspace_bytes(make_shape(64, 64, 1 << 16, 1 << 16, 64, false)) == 0);
+    CHECK(attention_workspace_bytes(make_shape(64, 64, 1 << 16, 1 << 16, 64, false)) == sizeof(int));
     // Every plan: the parts cover the tiles left after whole rounds, each part two K/V tiles
     // at least, and a split shortens the last round by the margin.
     for (int tiles = 1; tiles <= 600; tiles += 7)
@@ -206,12 +242,14 @@ GPU_TEST_CASE("12: workspace: what the forward allocates for the split") {
     CHECK(attention_workspace_bytes(shape) == size_t(plan.split_tiles) * plan.parts * 192 * (64 + 1) * sizeof(float));
 }
 
-// Run by `make sanitize` too: every block passes from one work tile to the next at least once.
+// Run by `make sanitize` too: every block passes from one work tile to the next at least once,
+// at a stride and, non-causal, from the counter of a long call.
 GPU_TEST_CASE("sanitize: persistent work tiles") {
     const int sms = multiprocessors();
     for_each_variant([&](int head_dim, bool causal) {
         check_persistent(make_shape(1, 2 * sms, 200, 130, head_dim, causal));
     });
+    for (const int head_dim : {64, 128}) check_persistent(make_shape(1, 16 * sms + 1, 1, 130, head_dim, false));
 }
 
 // Run by `make sanitize` too: a split last round (parts, their workspace, the merge kernel),

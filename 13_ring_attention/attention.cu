@@ -1,6 +1,6 @@
 // Stage 13: ring attention. The sequence is split across P GPUs; each GPU
 // keeps its queries and, step by step, computes them against the key/value block in hand with
-// stage 11's forward (its output and log-sum-exp), merges that partial result into an FP32
+// stage 12's forward (its output and log-sum-exp), merges that partial result into an FP32
 // accumulator by the rule of stage 03 (merge.h), and meanwhile passes the block one hop round
 // the ring with NCCL on a second stream. The backward walks the same ring with stage 11's
 // backward: dQ is summed where it lives, dK and dV travel with their block and come home.
@@ -9,8 +9,10 @@
 // its centred dQ: a call's own keys' mean is right only for a call that sees all of a row's keys
 // (see `the key centre` below).
 //
-// Stage 11's kernels are not copied here: its object (build/11_hopper_backward/obj/attention.o)
-// is linked, and this file calls its C++ contract, attention_forward and attention_backward.
+// Neither stage's kernels are copied here: stage 11's object (build/11_hopper_backward/obj/
+// attention.o) is linked, and this file calls its C++ contract's attention_backward; stage 12's
+// forward comes through its C ABI library (fastest_forward, below), because the two stages'
+// C++ names are the same.
 // One process drives every GPU: one host thread each (made with the ring, kept for its life),
 // one NCCL communicator each (ncclCommInitAll).
 #include <algorithm>
@@ -35,6 +37,7 @@
 #include <nccl.h>
 
 #include "attention.h"
+#include "attention_c.h"
 #include "cuda_check.h"
 #include "merge.h"
 #include "ring.h"
@@ -131,12 +134,28 @@ __global__ void gather_rows_kernel(T* __restrict__ dst, const T* __restrict__ sr
         dst[e] = src[(e / per_head) * src_rows * width + begin * width + e % per_head];
 }
 
-// acc[h][begin + i] += part[h][i] in FP32: a call's dQ (or dK, dV) into the piece's sum.
+// acc[h][begin + i] += part[h][i] in FP32: a call's dQ (or dK, dV) into the piece's sum. Memory
+// bound, on the compute stream between the attention calls: eight elements a thread (one 16-byte
+// load of bf16, two of FP32), heads along the grid's y. Rows of head_dim elements (64 or 128) and
+// tensors aligned to 16 bytes (validate_ring) keep every access whole.
 __global__ void add_rows_kernel(float* __restrict__ acc, const bf16* __restrict__ part, int64_t batch_heads,
                                 int64_t acc_rows, int64_t begin, int64_t count, int64_t width) {
-    const int64_t per_head = count * width, total = batch_heads * per_head;
-    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x)
-        acc[(e / per_head) * acc_rows * width + begin * width + e % per_head] += __bfloat162float(part[e]);
+    const int64_t per_head = count * width, step = int64_t(gridDim.x) * blockDim.x * 8;
+    for (int64_t h = blockIdx.y; h < batch_heads; h += gridDim.y) {
+        float* a = acc + (h * acc_rows + begin) * width;
+        const bf16* p = part + h * per_head;
+        for (int64_t e = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; e < per_head; e += step) {
+            const uint4 packed = *reinterpret_cast<const uint4*>(p + e);
+            const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&packed);
+            float4* out = reinterpret_cast<float4*>(a + e);
+            float4 lo = out[0], hi = out[1];
+            const float2 p0 = __bfloat1622float2(pairs[0]), p1 = __bfloat1622float2(pairs[1]),
+                         p2 = __bfloat1622float2(pairs[2]), p3 = __bfloat1622float2(pairs[3]);
+            lo.x += p0.x, lo.y += p0.y, lo.z += p1.x, lo.w += p1.y;
+            hi.x += p2.x, hi.y += p2.y, hi.z += p3.x, hi.w += p3.y;
+            out[0] = lo, out[1] = hi;
+        }
+    }
 }
 
 // ---- the key centre ------------------------------------------------------------------------
@@ -183,9 +202,15 @@ __global__ void scale_kernel(float* __restrict__ data, float factor, int64_t cou
         data[e] *= factor;
 }
 
+// dst = src rounded to bf16, eight elements a thread (counts of whole rows of 64 or 128).
 __global__ void to_bf16_kernel(bf16* __restrict__ dst, const float* __restrict__ src, int64_t count) {
-    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < count; e += int64_t(gridDim.x) * blockDim.x)
-        dst[e] = __float2bfloat16_rn(src[e]);
+    for (int64_t e = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8; e < count;
+         e += int64_t(gridDim.x) * blockDim.x * 8) {
+        const float4 lo = *reinterpret_cast<const float4*>(src + e), hi = *reinterpret_cast<const float4*>(src + e + 4);
+        const __nv_bfloat162 pairs[4] = {__floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
+                                         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
+        *reinterpret_cast<uint4*>(dst + e) = *reinterpret_cast<const uint4*>(pairs);
+    }
 }
 
 template <class T>
@@ -196,16 +221,26 @@ void gather_rows(T* dst, const T* src, int64_t batch_heads, int64_t src_rows, in
     CUDA_CHECK_LAUNCH();
 }
 
+// The eight-element kernels' terms, which validate_ring's alignment and head dims guarantee.
+void check_eights(const void* a, const void* b, int64_t elements) {
+    if (reinterpret_cast<uintptr_t>(a) % 16 != 0 || reinterpret_cast<uintptr_t>(b) % 16 != 0 || elements % 8 != 0)
+        throw std::logic_error("ring attention: rows of a multiple of 8 elements at 16-byte aligned addresses expected");
+}
+
 void add_rows(float* acc, const bf16* part, int64_t batch_heads, int64_t acc_rows, int64_t begin,
               int64_t count, int64_t width, cudaStream_t stream) {
-    add_rows_kernel<<<grid_for(batch_heads * count * width), THREADS, 0, stream>>>(
-        acc, part, batch_heads, acc_rows, begin, count, width);
+    if (batch_heads * count * width == 0) return;
+    check_eights(acc + begin * width, part, width);
+    const unsigned heads = unsigned(std::min<int64_t>(batch_heads, 65535));
+    const unsigned blocks = std::min(grid_for(count * width / 8), std::max(1u, 4096u / heads));  // ~4096 in all
+    add_rows_kernel<<<dim3(blocks, heads), THREADS, 0, stream>>>(acc, part, batch_heads, acc_rows, begin, count, width);
     CUDA_CHECK_LAUNCH();
 }
 
 void to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream) {
     if (count == 0) return;
-    to_bf16_kernel<<<grid_for(count), THREADS, 0, stream>>>(dst, src, count);
+    check_eights(dst, src, count);
+    to_bf16_kernel<<<grid_for(count / 8), THREADS, 0, stream>>>(dst, src, count);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -648,6 +683,26 @@ std::string ring_nccl_version() {
     return text(version) + " (built with " + text(NCCL_VERSION_CODE) + ")";
 }
 
+// excerpt: fastest-forward
+void fastest_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, const AttentionShape& shape,
+                     cudaStream_t stream) {
+    AttentionCShape c_shape{};
+    c_shape.batch = shape.batch;
+    c_shape.heads = shape.heads;
+    c_shape.len_q = shape.len_q;
+    c_shape.len_kv = shape.len_kv;
+    c_shape.head_dim = shape.head_dim;
+    c_shape.causal = shape.causal ? 1 : 0;
+    c_shape.scale = shape.scale;
+    c_shape.deterministic = shape.deterministic ? 1 : 0;
+    const int status = attention_c_forward(q, k, v, o, lse, &c_shape, stream);
+    if (status == ATTENTION_C_OK) return;
+    const std::string message = std::string("stage 12's forward: ") + attention_c_last_error();
+    if (status == ATTENTION_C_INVALID_ARGUMENT) throw std::invalid_argument(message);
+    throw std::runtime_error(message);
+}
+// end excerpt
+
 void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector<const bf16*>& k,
                             const std::vector<const bf16*>& v, const std::vector<bf16*>& o,
                             const std::vector<float*>& lse, const AttentionShape& whole, Sharding sharding,
@@ -712,12 +767,6 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         Events ready(1), arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
         CUDA_CHECK(cudaEventRecord(ready[0], compute));
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
-        // The copied query rows are needed from step 1 on: copied on the NCCL stream before the
-        // first transfer, so that step 0 computes meanwhile and every step that waits for a block
-        // waits for them too.
-        if (slice.piece >= 0)
-            gather_rows(reinterpret_cast<bf16*>(at(q_rows_at)), q[size_t(r)] + plan.piece_start(r, slice.piece, D), BH,
-                        plan.piece_rows(r, slice.piece), slice.begin, slice.count, D, comm);
 
         std::vector<bool> merged(size_t(pieces), false);  // a query piece's accumulator holds a state
         // Stage 11 on each call of `step` for query piece p, into the partial results; none when
@@ -738,7 +787,7 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                 const bf16* k_call = block.k + plan.piece_start(owner, call.key_piece, D);  // whole pieces
                 const bf16* v_call = block.v + plan.piece_start(owner, call.key_piece, D);
                 if (alone && whole) {
-                    attention_forward(q_call, k_call, v_call, o[size_t(r)] + plan.piece_start(r, p, D),
+                    fastest_forward(q_call, k_call, v_call, o[size_t(r)] + plan.piece_start(r, p, D),
                                       lse[size_t(r)] + plan.piece_start(r, p, 1), plan.call_shape(call), compute);
                     merged[size_t(p)] = true;
                     break;
@@ -747,11 +796,20 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                 bf16* o_part = reinterpret_cast<bf16*>(at(o_part_at[slot]));
                 float* lse_part = reinterpret_cast<float*>(at(lse_part_at[slot]));
                 partials.push_back({o_part, lse_part, call.query_begin, call.query_count});
-                attention_forward(q_call, k_call, v_call, o_part, lse_part, plan.call_shape(call), compute);
+                fastest_forward(q_call, k_call, v_call, o_part, lse_part, plan.call_shape(call), compute);
             }
             return partials;
         };
 
+        // The copied query rows, needed from step 1 on: on the NCCL stream after the first
+        // transfer (stage 12's grid holds every SM until its call ends: a transfer queued behind
+        // the copy waited for step 0's call, lab notes 13), step 1's arrival recorded after it.
+        auto copy_query_rows = [&] {
+            if (slice.piece < 0) return;
+            gather_rows(reinterpret_cast<bf16*>(at(q_rows_at)), q[size_t(r)] + plan.piece_start(r, slice.piece, D), BH,
+                        plan.piece_rows(r, slice.piece), slice.begin, slice.count, D, comm);
+            if (P > 1) CUDA_CHECK(cudaEventRecord(arrived[1], comm));
+        };
         // excerpt: forward-ring
         auto pass = [&](int step) {  // the block for `step` arrives while step - 1 computes
             Block into = block_in_hand(step);
@@ -760,6 +818,7 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
             CUDA_CHECK(cudaEventRecord(arrived[size_t(step)], comm));
         };
         if (P > 1) pass(1);
+        copy_query_rows();  // after the first transfer's launch
         for (int step = 0; step < P; ++step) {
             if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, arrived[size_t(step)], 0));
             const std::vector<BlockCall> calls = plan.calls(r, step);
@@ -858,10 +917,10 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
             bf16* buffer = reinterpret_cast<bf16*>(at(block_at[step % 2]));
             return {buffer, buffer + plan.elements(block_owner(r, step, P))};
         };
-        // The dK, dV sums of the block in hand at `step` (step P: this GPU's own, come home).
+        // The dK, dV sums (FP32) of the block in hand at `step`.
         auto sums_in_hand = [&](int step) { return reinterpret_cast<float*>(at(sums_at[step % 2])); };
 
-        Events centring(2), ready(1), kv_arrived(static_cast<size_t>(P)), sums_arrived(size_t(P + 1)), computed(static_cast<size_t>(P)), transfers_done(1);
+        Events centring(2), ready(1), kv_arrived(static_cast<size_t>(P)), sums_arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
         CUDA_CHECK(cudaMemsetAsync(dq_sum, 0, size_t(BH * rows * D) * sizeof(float), compute));
         CUDA_CHECK(cudaMemsetAsync(sums_in_hand(0), 0, size_t(2 * plan.elements(r)) * sizeof(float), compute));
         // The mean of all keys, the centre of every call's centred dQ (`the key centre`).
@@ -886,8 +945,8 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                        const_cast<bf16*>(into.k), const_cast<bf16*>(into.v), block_owner(r, step, P));
             CUDA_CHECK(cudaEventRecord(kv_arrived[size_t(step)], comm));
         };
-        // After step `step`: its block's dK, dV sums go on to the next GPU; the sums of the block
-        // of step + 1 come in (after the last step, this GPU's own come home).
+        // After step `step` (not the last): its block's dK, dV sums go on to the next GPU; the sums
+        // of the block of step + 1 come in.
         auto pass_sums = [&](int step) {
             const size_t send_count = size_t(2 * plan.elements(block_owner(r, step, P)));
             const size_t receive_count = size_t(2 * plan.elements(block_owner(r, step + 1, P)));
@@ -902,6 +961,24 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
             NCCL_CHECK(ncclGroupEnd(), device.comm);
             // end excerpt
             CUDA_CHECK(cudaEventRecord(sums_arrived[size_t(step + 1)], comm));
+        };
+        // After the last step: the block's finished dK, dV (in bf16) go home, and this GPU's own
+        // come in, straight into dk and dv.
+        auto pass_home = [&](const bf16* finished, int owner) {
+            const size_t send_count = size_t(plan.elements(owner)), receive_count = size_t(plan.elements(r));
+            NCCL_CHECK(ncclGroupStart(), device.comm);
+            if (send_count > 0) {
+                NCCL_CHECK(ncclSend(finished, send_count, ncclBfloat16, plan.next(r), device.comm, comm), device.comm);
+                NCCL_CHECK(ncclSend(finished + send_count, send_count, ncclBfloat16, plan.next(r), device.comm, comm),
+                           device.comm);
+            }
+            if (receive_count > 0) {
+                NCCL_CHECK(ncclRecv(dk[size_t(r)], receive_count, ncclBfloat16, plan.previous(r), device.comm, comm),
+                           device.comm);
+                NCCL_CHECK(ncclRecv(dv[size_t(r)], receive_count, ncclBfloat16, plan.previous(r), device.comm, comm),
+                           device.comm);
+            }
+            NCCL_CHECK(ncclGroupEnd(), device.comm);
         };
 
         if (P > 1) pass_kv(1);
@@ -948,18 +1025,22 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                 add_rows(sums + plan.elements(owner) + key_start, reinterpret_cast<bf16*>(at(dv_part_at[c])), BH,
                          key_rows, call.key_begin, call.key_count, D, compute);
             }
+            const bool last = step == P - 1;
+            // The last hop carries finished sums: rounded to bf16 here, as the owner would round
+            // them, into the block's buffer (its K, V are no longer read), it moves half the bytes.
+            if (last && P > 1) to_bf16(const_cast<bf16*>(block.k), sums, 2 * plan.elements(owner), compute);
             CUDA_CHECK(cudaEventRecord(computed[size_t(step)], compute));
             if (P > 1) {
                 CUDA_CHECK(cudaStreamWaitEvent(comm, computed[size_t(step)], 0));
-                pass_sums(step);
+                if (last) pass_home(block.k, owner); else pass_sums(step);
                 if (step + 2 < P) pass_kv(step + 2);
             }
         }
-        const float* home = sums_in_hand(P > 1 ? P : 0);
-        if (P > 1) CUDA_CHECK(cudaStreamWaitEvent(compute, sums_arrived[size_t(P)], 0));
         to_bf16(dq[size_t(r)], dq_sum, BH * rows * D, compute);
-        to_bf16(dk[size_t(r)], home, plan.elements(r), compute);
-        to_bf16(dv[size_t(r)], home + plan.elements(r), plan.elements(r), compute);
+        if (P == 1) {
+            to_bf16(dk[size_t(r)], sums_in_hand(0), plan.elements(r), compute);
+            to_bf16(dv[size_t(r)], sums_in_hand(0) + plan.elements(r), plan.elements(r), compute);
+        }
         CUDA_CHECK(cudaEventRecord(transfers_done[0], comm));
         CUDA_CHECK(cudaStreamWaitEvent(compute, transfers_done[0], 0));
         ring_->wait(compute);

@@ -1,5 +1,6 @@
-// The ring's benchmark: one shape over P GPUs in, one CSV row per pass out, beside stage 11 alone
-// timed in the same run on the same GPUs. First run on 2 H200s: lab notes 13.
+// The ring's benchmark: one shape over P GPUs in, one CSV row per pass out, beside the ring's own
+// kernels alone (stage 12's forward, stage 11's backward) timed in the same run on the same GPUs.
+// First run on 2 H200s: lab notes 13.
 //
 //   bench_13_ring_attention --gpus 4 --sharding zigzag --heads 32 --len 262144 --head-dim 128
 //                           --causal 1 [--batch 1] [--pass fwd|bwd|both] [--repeats 5]
@@ -12,13 +13,14 @@
 // GPU's thread joins), so it is timed by the host clock from its start to the last GPU's end:
 // what a training step waits for; median_ms and min_ms are of its first call in each round,
 // aa_median_ms the median of its second, the A/A check (bench/ring_table.py prints their ratio).
-// The baseline (struct Baseline) is stage 11 alone on every GPU of the ring at once, each on its
+// The baseline (struct Baseline) is the kernel of the pass alone (stage 12's forward through
+// fastest_forward, stage 11's backward) on every GPU of the ring at once, each on its
 // own inputs, timed with CUDA events on each GPU; its time is the slowest GPU's. Loading every
 // GPU as the ring does gives the baseline the ring's clocks and power: timed on GPU 0 alone, and
 // right after a ring call, it read 2-5% faster than between calls (lab notes 13, calls AB4 and
 // EG). Its shape is the ring's batch, heads, head dim and mask at --baseline-len (default: the
 // ring's tokens per GPU, N / P, capped at 131072 so that one call stays under a few seconds).
-// Per GPU, a ring step is one such square (contiguous sharding) or pieces of it: stage 11's
+// Per GPU, a ring step is one such square (contiguous sharding) or pieces of it: a kernel's
 // rate changes with the length (its backward about 3% faster at 65536 tokens than at 131072 on
 // an H100), so a baseline of another length would move the efficiency by that much (lab notes
 // 13; the runs before this default used min(N, 131072)).
@@ -26,7 +28,8 @@
 // once before). Inputs are random, on each GPU, never zeros.
 // FLOPs follow the FlashAttention convention: forward 4*B*H*N*N*D (halved when causal),
 // backward 2.5x forward. Per-GPU TFLOP/s = FLOPs / P / median time; efficiency = that over
-// stage 11's TFLOP/s alone.
+// the baseline's TFLOP/s. (Until the ring took stage 12's forward, the forward's baseline was
+// stage 11's forward, stage 10's kernel: bench/results and lab notes 13 say which run had which.)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -159,7 +162,7 @@ Timings time_rounds(Ring ring, BaselineMs baseline_ms, int rounds) {
     return timings;
 }
 
-// Stage 11 alone on every GPU of the ring at once, each on its own copy of the baseline shape: the
+// The ring's kernels alone on every GPU of the ring at once, each on its own copy of the baseline shape: the
 // GPUs loaded as the ring loads them, so that the baseline meets the ring's clocks and power. Its
 // time is the slowest GPU's, by CUDA events on each.
 struct Baseline {
@@ -191,7 +194,7 @@ struct Baseline {
             fill_random(g.v.data(), base.kv_elements(), 103 + 10 * uint64_t(r));
             fill_random(g.dout.data(), base.q_elements(), 104 + 10 * uint64_t(r));
             g.events = std::make_unique<EventPair>();
-            attention_forward(g.q.data(), g.k.data(), g.v.data(), g.o.data(), g.lse.data(), shape);
+            fastest_forward(g.q.data(), g.k.data(), g.v.data(), g.o.data(), g.lse.data(), shape);
             CUDA_CHECK(cudaDeviceSynchronize());
         }
     }
@@ -202,7 +205,7 @@ struct Baseline {
             Gpu& g = gpus[r];
             CUDA_CHECK(cudaEventRecord(g.events->start));
             if (forward)
-                attention_forward(g.q.data(), g.k.data(), g.v.data(), g.o.data(), g.lse.data(), shape);
+                fastest_forward(g.q.data(), g.k.data(), g.v.data(), g.o.data(), g.lse.data(), shape);
             else
                 attention_backward(g.q.data(), g.k.data(), g.v.data(), g.o.data(), g.lse.data(), g.dout.data(),
                                    g.dq.data(), g.dk.data(), g.dv.data(), shape);
@@ -263,7 +266,7 @@ int main(int argc, char** argv) {
                           options.max_piece);
         };
 
-        // Stage 11 alone at the baseline length on every GPU of the ring at once (Baseline).
+        // The ring's kernels alone at the baseline length on every GPU of the ring at once (Baseline).
         const int base_len = options.baseline_len > 0 ? options.baseline_len : std::max(1, std::min(options.len / P, 131072));
         const AttentionShape base = make_shape(options.batch, options.heads, base_len, base_len, options.head_dim,
                                                options.causal);

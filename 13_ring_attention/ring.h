@@ -1,7 +1,8 @@
 // Ring attention: one sequence split across P GPUs. Each GPU keeps its queries; the key/value
 // blocks travel one hop round the ring per step, so that after P steps every GPU has seen every
-// block; stage 11's forward computes each (local queries, block in hand) pair with its
+// block; stage 12's forward computes each (local queries, block in hand) pair with its
 // log-sum-exp, and the merge rule of stage 03 (merge.h) combines the partial outputs exactly.
+// The backward is stage 11's.
 //
 // This header holds what needs no GPU (the shardings, the calls each step makes, the FP64
 // simulation of the whole ring) and the GPU ring itself (RingAttention, on NCCL), which
@@ -261,4 +262,14 @@ private:
 
 // The NCCL version the ring was built and runs with ("2.28.9 (built with 2.28.9)").
 std::string ring_nccl_version();
+
+// The forward of every call the ring makes: stage 12's persistent forward, the course's fastest,
+// which returns the log-sum-exp the merge needs. Stage 12 has no backward, so the ring takes the
+// backward from stage 11, whose object it links; the two stages define the same C++ names, so
+// stage 12 comes through its C ABI (common/attention_c.h): build/12_persistent/
+// libattention_12_persistent.so, linked with the ring, which exports the C names alone. The
+// arguments are attention_forward's; an error comes back as std::invalid_argument (a shape or
+// pointer stage 12 refuses) or std::runtime_error (CUDA), with the library's message.
+void fastest_forward(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v, __nv_bfloat16* o,
+                     float* lse, const AttentionShape& shape, cudaStream_t stream = nullptr);
 #endif

@@ -211,7 +211,8 @@ struct DqFromStage11 {
 
 // The ring against stage 11 on the whole sequence, on GPU 0 (its default, centred dQ: the mean of
 // all keys, which is the key_centre the ring gives every call). The forward: the ring's O and LSE
-// against stage 11's. The backward: the ring's dQ, dK, dV against stage 11's backward given the
+// (its calls are stage 12's forward) against stage 11's forward, another kernel on the whole
+// sequence. The backward: the ring's dQ, dK, dV against stage 11's backward given the
 // ring's own O and LSE, so that both take delta = rowsum(dO * O) from the same bf16 O. Each from
 // its own forward, the two dQ differ by more than either backward adds, and that difference is
 // not the ring's backward: delta's error (the bf16 rounding of O) enters dQ as

@@ -4,9 +4,9 @@ columns; PyTorch's context parallelism, bench/torch_context_parallel.py, writes 
 
     python3 bench/ring_plots.py CSV [CSV ...] --out FILE.png [--title TEXT]
 
-Per pass (forward, backward), the per-GPU TFLOP/s of each run as a fraction of stage 11's own
-alone on the same machine (the CSV's `efficiency`; rows without a baseline, PyTorch's,
-are drawn against the stage-11 rate of the same GPU count, length and mask where the files have
+Per pass (forward, backward), the per-GPU TFLOP/s of each run as a fraction of the ring's own
+kernel's alone on the same machine (the CSV's `efficiency`; rows without a baseline, PyTorch's,
+are drawn against the baseline rate of the same GPU count, length and mask where the files have
 one), against tokens per GPU; one line per GPU count, sharding and mask. The 90% line is the
 course's target. Only rows whose status is `ok` are drawn; the figure names the GPU and the
 files it was drawn from, so that rows of different runs are never taken for one run.
@@ -54,7 +54,7 @@ def figure(rows, title):
         ax.set_xlabel("tokens per GPU")
         ax.set_title(label)
         ax.grid(True, alpha=0.3)
-    axes[0].set_ylabel("per-GPU TFLOP/s / stage 11 alone")
+    axes[0].set_ylabel("per-GPU TFLOP/s / the kernel alone")
     handles, labels = axes[0].get_legend_handles_labels()
     if handles:
         fig.legend(handles, labels, loc="outside right center", fontsize=8)
@@ -69,7 +69,7 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv", nargs="+")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--title", default="Ring attention, per GPU against stage 11 alone")
+    parser.add_argument("--title", default="Ring attention, per GPU against its kernel alone")
     arguments = parser.parse_args()
     rows = collapse_rounds(read_rows(arguments.csv))
     if not rows:

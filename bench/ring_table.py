@@ -8,8 +8,8 @@ chapter: one CSV is one device call, so that a table never mixes runs.
                                                         fail if TABLE.txt is not what CSV gives
 
 Per GPU count, length, mask, sharding and pass: the median time of a call, per-GPU TFLOP/s,
-stage 11's own rate alone on the machine (the CSV's baseline: bench_ring.cpp says how it is
-timed) and their ratio, the
+the rate of the ring's own kernel alone on the machine (the CSV's baseline: bench_ring.cpp says
+which kernel and how it is timed) and their ratio, the
 course's 90% target beside it, the A/A ratio (the ring's second call in each round over its
 first, where the CSV has it); and where the CSV has PyTorch's context parallelism at the same
 GPU count, length, mask and pass, its time (the median over its rounds) and the ring's speed
@@ -74,7 +74,7 @@ def aa_ratio(row):
 
 def efficiency(row, rows):
     """The row's efficiency, or for a row without a baseline (PyTorch's), its per-GPU rate over
-    stage 11's at the same GPU count, length, head dim and mask from another row, else None."""
+    the baseline's at the same GPU count, length, head dim and mask from another row, else None."""
     if row["efficiency"]:
         return float(row["efficiency"])
     for other in rows:
@@ -93,8 +93,8 @@ def table(path):
     heads = "; ".join(f"B = {b}, H = {h}, D = {d}" for b, h, d in
                       sorted({(r["batch"], r["heads"], r["head_dim"]) for r in rows}))
     lines = [f"{', '.join(gpus)}; {heads}; rows of {os.path.basename(path)}",
-             "(bench/ring_table.py). Efficiency: per-GPU TFLOP/s over stage 11 alone (no ring) at",
-             f"the length in column `at` (target {TARGET:.2f}); vs PyTorch: PyTorch's context",
+             "(bench/ring_table.py). Efficiency: per-GPU TFLOP/s over the ring's own kernel alone (no",
+             f"ring) at the length in column `at` (target {TARGET:.2f}); vs PyTorch: PyTorch's context",
              "parallelism's time over the ring's.",
              "",
              f"{'GPUs':>4} {'tokens':>8} {'per GPU':>8} {'mask':<10} {'sharding':<10} {'pass':<4} "

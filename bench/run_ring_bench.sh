@@ -5,7 +5,7 @@
 #   2. for each GPU count P of RING_GPUS that the machine has, each per-GPU length L of
 #      RING_TOKENS_PER_GPU and each sharding and mask (zigzag and striped causal, contiguous
 #      non-causal): the ring over P GPUs at N = P * L tokens, forward and backward, in rounds with
-#      stage 11 alone at L tokens on each of the P GPUs at once (bench_13_ring_attention's
+#      the ring's kernels alone (stage 12's forward, stage 11's backward) at L tokens on each of the P GPUs at once (bench_13_ring_attention's
 #      baseline) and with a second call of the ring, its A/A check; and, where PyTorch imports, PyTorch's context
 #      parallelism at the same N and mask (bench/torch_context_parallel.py, one process per GPU),
 #      so that each of its rows sits beside the ring's from the same run: after the ring's rows,
@@ -105,6 +105,6 @@ for P in $COUNTS; do
 done
 if ls "$DEST"/ring-x*.csv >/dev/null 2>&1; then
     "$PYTHON" bench/ring_plots.py "$DEST"/ring-x*.csv --out "$DEST/scaling.png" \
-        --title "Ring attention, per GPU against stage 11 alone at the ring's tokens per GPU, on every GPU at once"
+        --title "Ring attention, per GPU against its kernels alone at the ring's tokens per GPU, on every GPU at once"
 fi
 echo "== done in $((SECONDS - START)) s"

@@ -578,7 +578,8 @@ def hopper_constants(found):
         "PRODUCER_REGISTERS": [integer(path, r"PRODUCER_REGISTERS = CONSUMERS == 2 \? (\d+) : \d+;"),
                                integer(path, r"PRODUCER_REGISTERS = CONSUMERS == 2 \? \d+ : (\d+);")],
         "O_FULL_ARRIVALS": integer(path, r"mbarrier_init\(&o_full\[buffer\], (\d+)\);"),
-        "COUNTED_FROM": integer(path, r"const bool counted = shape.causal && tiles >= (\d+) \* int64_t"),
+        "COUNTED_FROM": integer(path, r"return tiles >= int64_t\(causal \? (\d+) : \d+\) \* multiprocessors;"),
+        "COUNTED_FROM_NONCAUSAL": integer(path, r"return tiles >= int64_t\(causal \? \d+ : (\d+)\) \* multiprocessors;"),
     }
 
 
@@ -1235,7 +1236,7 @@ def persistent_block_12(plt, found):
     figure, axis = blank(plt, 13.5, 7.4, 13.5, 8.4)
     grey, producer, ring = "#8c8c8c", "#6a51a3", "#3b3b3b"
     flow_box(axis, 0.2, 6.3, 3.0, 1.5, "device memory\nQ, K, V, O: [B·H][len][D] bf16\nthe tile counter: one int "
-             f"(causal,\nfrom {c['COUNTED_FROM']} work tiles per SM on)", grey, size=7.5)
+             f"(from {c['COUNTED_FROM']} causal or\n{c['COUNTED_FROM_NONCAUSAL']} non-causal work tiles per SM on)", grey, size=7.5)
     # The producer warpgroup: the loader and the storer, one thread each.
     axis.add_patch(Rectangle((0.45, 0.3), 2.85, 5.5, facecolor="none", edgecolor=producer,
                              linestyle="--", linewidth=0.8))
