@@ -37,7 +37,7 @@
 #include <nccl.h>
 
 #include "attention.h"
-#include "attention_c.h"
+#include "c_shape.h"
 #include "cuda_check.h"
 #include "merge.h"
 #include "ring.h"
@@ -63,10 +63,10 @@ unsigned grid_for(int64_t threads) {
 // pieces. A step with more calls on one query piece (pieces cut at kRingMaxPiece) merges them
 // in batches of this many.
 constexpr int MAX_PARTIALS = 2;
-constexpr int MAX_HEAD_DIM = 128;  // stage 11's largest: a lane holds MAX_HEAD_DIM / 32 columns
+constexpr int MAX_HEAD_DIM = 128;  // the stages' largest: a lane holds MAX_HEAD_DIM / 32 columns
 
 // One call's result for rows [row_begin, row_begin + rows) of a query piece: O [batch_heads,
-// rows, D] in bf16, as stage 11 writes it, and its log-sum-exp [batch_heads, rows].
+// rows, D] in bf16, as stage 12 writes it, and its log-sum-exp [batch_heads, rows].
 struct Partial {
     const bf16* o;
     const float* lse;
@@ -686,15 +686,7 @@ std::string ring_nccl_version() {
 // excerpt: fastest-forward
 void fastest_forward(const bf16* q, const bf16* k, const bf16* v, bf16* o, float* lse, const AttentionShape& shape,
                      cudaStream_t stream) {
-    AttentionCShape c_shape{};
-    c_shape.batch = shape.batch;
-    c_shape.heads = shape.heads;
-    c_shape.len_q = shape.len_q;
-    c_shape.len_kv = shape.len_kv;
-    c_shape.head_dim = shape.head_dim;
-    c_shape.causal = shape.causal ? 1 : 0;
-    c_shape.scale = shape.scale;
-    c_shape.deterministic = shape.deterministic ? 1 : 0;
+    const AttentionCShape c_shape = to_c_shape(shape);
     const int status = attention_c_forward(q, k, v, o, lse, &c_shape, stream);
     if (status == ATTENTION_C_OK) return;
     const std::string message = std::string("stage 12's forward: ") + attention_c_last_error();
@@ -769,8 +761,8 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
 
         std::vector<bool> merged(size_t(pieces), false);  // a query piece's accumulator holds a state
-        // Stage 11 on each call of `step` for query piece p, into the partial results; none when
-        // the piece's only call, at its only step, covers all of it: then stage 11 writes the
+        // Stage 12's forward on each call of `step` for query piece p, into the partial results;
+        // none when the piece's only call, at its only step, covers all of it: then it writes the
         // ring's result in place and there is nothing to merge.
         auto compute_calls = [&](int step, int p, const std::vector<BlockCall>& calls) {
             const Block block = block_in_hand(step);

@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "attention_c.h"
+#include "c_shape.h"
 #include "online_softmax.h"
 #include "reference.h"
 #include "stage_name.h"
@@ -614,11 +614,6 @@ TEST_CASE("workspace: sizes saturate instead of wrapping around") {
 
 namespace {
 
-AttentionCShape c_shape(const AttentionShape& shape) {
-    return {shape.batch,    shape.heads,          shape.len_q, shape.len_kv,
-            shape.head_dim, shape.causal ? 1 : 0, shape.scale, shape.deterministic ? 1 : 0};
-}
-
 std::string c_error() { return attention_c_last_error(); }
 
 // Refused as bad input, with a message holding each of `needles`.
@@ -657,7 +652,7 @@ TEST_CASE("C ABI: the capability record is the stage's stage_capabilities()") {
 TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming the field") {
     const StageCapabilities& caps = stage_capabilities();
     const AttentionShape shape = make_shape(1, 1, 4, 4, caps.head_dims.front());
-    const AttentionCShape good = c_shape(shape);
+    const AttentionCShape good = to_c_shape(shape);
     PoisonedHostBuffers b(shape);
     auto forward = [&](const void* q, const AttentionCShape* s) {
         return attention_c_forward(q, b.k.data(), b.v.data(), b.o.data(), b.lse.data(), s, nullptr);
@@ -695,9 +690,9 @@ TEST_CASE("C ABI: bad input is ATTENTION_C_INVALID_ARGUMENT, the message naming 
 TEST_CASE("C ABI: the forward takes deterministic = 1 as it is (every forward is deterministic)") {
     const StageCapabilities& caps = stage_capabilities();
     AttentionShape shape = make_shape(1, 2, 17, 33, caps.head_dims.front());
-    const AttentionCShape plain = c_shape(shape);
+    const AttentionCShape plain = to_c_shape(shape);
     shape.deterministic = true;
-    const AttentionCShape deterministic = c_shape(shape);
+    const AttentionCShape deterministic = to_c_shape(shape);
     REQUIRE(deterministic.deterministic == 1);
     size_t plain_bytes = 1, bytes = 2;
     REQUIRE(attention_c_workspace_bytes(&plain, &plain_bytes) == ATTENTION_C_OK);
@@ -715,7 +710,7 @@ TEST_CASE("C ABI: the forward takes deterministic = 1 as it is (every forward is
 TEST_CASE("C ABI: a success clears the last error, and each thread has its own") {
     const StageCapabilities& caps = stage_capabilities();
     const AttentionShape shape = make_shape(2, 4, 64, 64, caps.head_dims.front());
-    const AttentionCShape c = c_shape(shape);
+    const AttentionCShape c = to_c_shape(shape);
     REQUIRE(attention_c_capabilities(nullptr) == ATTENTION_C_INVALID_ARGUMENT);
     REQUIRE(c_error().find("out = null") != std::string::npos);
 
@@ -743,7 +738,7 @@ TEST_CASE("C ABI: a success clears the last error, and each thread has its own")
 TEST_CASE("C ABI: the backward pass where the stage has one, a plain refusal where not") {
     const StageCapabilities& caps = stage_capabilities();
     const AttentionShape shape = make_shape(1, 2, 17, 33, caps.head_dims.front(), true);
-    const AttentionCShape c = c_shape(shape);
+    const AttentionCShape c = to_c_shape(shape);
     PoisonedHostBuffers b(shape);
     std::vector<Element> dout(b.o.size()), dq(b.q.size()), dk(b.k.size()), dv(b.v.size());
     size_t bytes = 123;
@@ -772,7 +767,7 @@ TEST_CASE("C ABI: deterministic = 1 in the backward: refused by a stage without 
     const StageCapabilities& caps = stage_capabilities();
     AttentionShape shape = make_shape(1, 2, 17, 33, caps.head_dims.front(), caps.causal);
     shape.deterministic = true;
-    const AttentionCShape c = c_shape(shape);
+    const AttentionCShape c = to_c_shape(shape);
     PoisonedHostBuffers b(shape);
     std::vector<Element> dout(b.o.size()), dk(b.k.size()), dv(b.v.size());
     size_t bytes = 123;
@@ -817,7 +812,7 @@ TEST_CASE("C ABI: a key_centre in the backward: refused by a stage without it, p
           "one with it") {
     const StageCapabilities& caps = stage_capabilities();
     const AttentionShape shape = make_shape(1, 2, 17, 33, caps.head_dims.front(), caps.causal);
-    const AttentionCShape c = c_shape(shape);
+    const AttentionCShape c = to_c_shape(shape);
     PoisonedHostBuffers b(shape);
     std::vector<Element> dout(b.o.size()), dk(b.k.size()), dv(b.v.size());
     std::vector<float> centre(size_t(shape.batch * shape.heads * shape.head_dim), 0.25f);
@@ -847,7 +842,7 @@ TEST_CASE("C ABI: a launch that fails past validation: no GPU gives ATTENTION_C_
           "host memory on a GPU ATTENTION_C_INVALID_ARGUMENT") {
     const StageCapabilities& caps = stage_capabilities();
     const AttentionShape shape = make_shape(1, 1, 4, 4, caps.head_dims.front());
-    const AttentionCShape c = c_shape(shape);
+    const AttentionCShape c = to_c_shape(shape);
     PoisonedHostBuffers b(shape);
     const int code = attention_c_forward(b.q.data(), b.k.data(), b.v.data(), b.o.data(),
                                          b.lse.data(), &c, nullptr);
@@ -872,7 +867,7 @@ TEST_CASE("C ABI: the forward, and the backward, through the C ABI equal the C++
           doctest::skip(!stage_gpu_usable())) {
     const StageCapabilities& caps = stage_capabilities();
     const AttentionShape shape = make_shape(2, 3, 65, 130, caps.head_dims.back(), caps.causal);
-    const AttentionCShape c = c_shape(shape);
+    const AttentionCShape c = to_c_shape(shape);
     const uint64_t seed = fresh_seed();
     INFO("seed ", seed, " shape ", shape.to_string());
     auto device = [](size_t count, uint64_t s) {
@@ -925,7 +920,7 @@ TEST_CASE("C ABI: the forward, and the backward, through the C ABI equal the C++
         // launcher: the same sums in the same order, so the same bits.
         AttentionShape fixed_order = shape;
         fixed_order.deterministic = true;
-        const AttentionCShape c_fixed_order = c_shape(fixed_order);
+        const AttentionCShape c_fixed_order = to_c_shape(fixed_order);
         dq_c.poison(), dk_c.poison(), dv_c.poison();
         attention_backward(q.data(), k.data(), v.data(), o_cpp.data(), lse_cpp.data(),
                            dout.data(), dq_cpp.data(), dk_cpp.data(), dv_cpp.data(), fixed_order,
@@ -944,7 +939,7 @@ TEST_CASE("C ABI: the forward, and the backward, through the C ABI equal the C++
         // where the stage has it: the same bits; dK and dV do not depend on it.
         AttentionShape centred = shape;
         centred.deterministic = caps.deterministic_backward;
-        const AttentionCShape c_centred = c_shape(centred);
+        const AttentionCShape c_centred = to_c_shape(centred);
         const size_t centre_count = size_t(shape.batch * shape.heads * shape.head_dim);
         DeviceBuffer<float> centre(centre_count);
         centre.upload(random_inputs(centre_count, seed + 7));
