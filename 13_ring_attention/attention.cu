@@ -63,7 +63,6 @@ unsigned grid_for(int64_t threads) {
 // pieces. A step with more calls on one query piece (pieces cut at kRingMaxPiece) merges them
 // in batches of this many.
 constexpr int MAX_PARTIALS = 2;
-constexpr int MAX_HEAD_DIM = 128;  // the stages' largest: a lane holds MAX_HEAD_DIM / 32 columns
 
 // One call's result for rows [row_begin, row_begin + rows) of a query piece: O [batch_heads,
 // rows, D] in bf16, as stage 12 writes it, and its log-sum-exp [batch_heads, rows].
@@ -77,47 +76,102 @@ struct Partials {
     int count;
 };
 
-// One warp per row of a query piece ([batch_heads][piece_rows] rows): the state merged so far
-// (none yet when `fresh`) and each partial result of one step that covers the row, folded in
-// the calls' order, in registers. The state goes back to the FP32 accumulator, or, at the
-// piece's last merge (o_out not null), out as the ring's result: O in bf16 and the LSE.
+// A lane's COLUMNS consecutive columns of a row, each tensor in one access: FP32 in 16 bytes
+// (COLUMNS = 4, D = 128) or 8 (COLUMNS = 2, D = 64), bf16 in half that.
+template <int COLUMNS>
+struct LaneColumns;
+template <>
+struct LaneColumns<4> {
+    using Fp32 = float4;
+    using Bf16 = uint2;
+};
+template <>
+struct LaneColumns<2> {
+    using Fp32 = float2;
+    using Bf16 = unsigned;
+};
+
+template <int COLUMNS>
+__device__ void load_columns(float (&to)[COLUMNS], const float* from) {
+    const auto packed = *reinterpret_cast<const typename LaneColumns<COLUMNS>::Fp32*>(from);
+    memcpy(to, &packed, sizeof packed);
+}
+template <int COLUMNS>
+__device__ void store_columns(float* to, const float (&from)[COLUMNS]) {
+    typename LaneColumns<COLUMNS>::Fp32 packed;
+    memcpy(&packed, from, sizeof packed);
+    *reinterpret_cast<typename LaneColumns<COLUMNS>::Fp32*>(to) = packed;
+}
+template <int COLUMNS>
+__device__ void store_columns(bf16* to, const float (&from)[COLUMNS]) {
+    __nv_bfloat162 pairs[COLUMNS / 2];
+#pragma unroll
+    for (int c = 0; c < COLUMNS / 2; ++c) pairs[c] = __floats2bfloat162_rn(from[2 * c], from[2 * c + 1]);
+    typename LaneColumns<COLUMNS>::Bf16 packed;
+    memcpy(&packed, pairs, sizeof packed);
+    *reinterpret_cast<typename LaneColumns<COLUMNS>::Bf16*>(to) = packed;
+}
+
+// One warp per row of a query piece ([batch_heads][piece_rows] rows), each lane on COLUMNS
+// consecutive columns (head_dim = 32 COLUMNS): the state merged so far (none yet when `fresh`)
+// and each partial result of one step that covers the row, folded in the calls' order, in
+// registers. Every load of the row is issued before the first weight is computed, so that their
+// latencies overlap (the kernel is memory bound). The state goes back to the FP32 accumulator,
+// or, at the piece's last merge (o_out not null), out as the ring's result: O in bf16 and the LSE.
 // excerpt: merge-kernel
+template <int COLUMNS>
 __global__ void merge_piece_kernel(float* __restrict__ o_acc, float* __restrict__ lse_acc, Partials partials,
                                    bool fresh, bf16* __restrict__ o_out, float* __restrict__ lse_out,
-                                   int64_t batch_heads, int64_t piece_rows, int head_dim) {
-    constexpr int COLUMNS = MAX_HEAD_DIM / 32;                    // a row's columns per lane, at most
-    const int lane = threadIdx.x % 32, columns = head_dim / 32;
+                                   int64_t batch_heads, int64_t piece_rows) {
+    constexpr int head_dim = 32 * COLUMNS;
+    const int lane = threadIdx.x % 32;
     const int64_t warps = int64_t(gridDim.x) * blockDim.x / 32;
     for (int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; warp < batch_heads * piece_rows;
          warp += warps) {
         const int64_t head = warp / piece_rows, row = warp % piece_rows;
-        float lse = fresh ? -INFINITY : lse_acc[warp], o[COLUMNS];  // o in registers: loops unrolled
-#pragma unroll
-        for (int c = 0; c < COLUMNS; ++c)  // an accumulator that no key reached is never read
-            o[c] = c < columns && lse != -INFINITY ? o_acc[warp * head_dim + lane + 32 * c] : 0.0f;
+        // The loads: the state so far, then each covering partial's LSE and columns.
+        float lse = -INFINITY, o[COLUMNS] = {};
+        if (!fresh) {
+            lse = lse_acc[warp];
+            load_columns(o, o_acc + warp * head_dim + lane * COLUMNS);
+        }
+        float part_lse[MAX_PARTIALS];
+        typename LaneColumns<COLUMNS>::Bf16 part_o[MAX_PARTIALS] = {};
 #pragma unroll
         for (int p = 0; p < MAX_PARTIALS; ++p) {
             const Partial& part = partials.part[p];
+            part_lse[p] = -INFINITY;  // a partial that does not cover the row weighs nothing (weight 0)
             if (p >= partials.count || row < part.row_begin || row >= part.row_begin + part.rows) continue;
             const int64_t i = head * part.rows + row - part.row_begin;
-            const MergeWeights<float> w = merge_weights(lse, part.lse[i]);
+            part_lse[p] = part.lse[i];
+            part_o[p] = *reinterpret_cast<const typename LaneColumns<COLUMNS>::Bf16*>(part.o + i * head_dim +
+                                                                                      lane * COLUMNS);
+        }
+        // An accumulator that no key reached (LSE = -inf) may hold anything: it starts from zero.
 #pragma unroll
-            for (int c = 0; c < COLUMNS; ++c)
-                if (c < columns)
-                    o[c] = (w.accumulated != 0.0f ? w.accumulated * o[c] : 0.0f) +
-                           (w.partial != 0.0f ? w.partial * __bfloat162float(part.o[i * head_dim + lane + 32 * c]) : 0.0f);
+        for (int c = 0; c < COLUMNS; ++c)
+            if (lse == -INFINITY) o[c] = 0.0f;
+        // The folds, in the calls' order. A zero weight multiplies nothing (a partial that does
+        // not cover the row has weight 0 and leaves the state as it was, to the bit).
+#pragma unroll
+        for (int p = 0; p < MAX_PARTIALS; ++p) {
+            const MergeWeights<float> w = merge_weights(lse, part_lse[p]);
+            __nv_bfloat162 pairs[COLUMNS / 2];
+            memcpy(pairs, &part_o[p], sizeof pairs);
+#pragma unroll
+            for (int c = 0; c < COLUMNS; ++c) {
+                const float value = c % 2 == 0 ? __low2float(pairs[c / 2]) : __high2float(pairs[c / 2]);
+                o[c] = (w.accumulated != 0.0f ? w.accumulated * o[c] : 0.0f) +
+                       (w.partial != 0.0f ? w.partial * value : 0.0f);
+            }
             lse = w.lse;
         }
         __syncwarp();  // every lane has read lse_acc[warp] before lane 0 writes it
         if (o_out != nullptr) {
-#pragma unroll
-            for (int c = 0; c < COLUMNS; ++c)
-                if (c < columns) o_out[warp * head_dim + lane + 32 * c] = __float2bfloat16_rn(o[c]);
+            store_columns(o_out + warp * head_dim + lane * COLUMNS, o);
             if (lane == 0) lse_out[warp] = lse;
         } else {
-#pragma unroll
-            for (int c = 0; c < COLUMNS; ++c)
-                if (c < columns) o_acc[warp * head_dim + lane + 32 * c] = o[c];
+            store_columns(o_acc + warp * head_dim + lane * COLUMNS, o);
             if (lane == 0) lse_acc[warp] = lse;
         }
     }
@@ -248,10 +302,15 @@ void to_bf16(bf16* dst, const float* src, int64_t count, cudaStream_t stream) {
 void merge_piece(float* o_acc, float* lse_acc, const Partials& partials, bool fresh, bf16* o_out, float* lse_out,
                  int64_t batch_heads, int64_t piece_rows, int64_t head_dim, cudaStream_t stream) {
     if (batch_heads * piece_rows == 0) return;
-    if (head_dim % 32 != 0 || head_dim > MAX_HEAD_DIM)
-        throw std::logic_error("ring attention: the merge takes head dims of 32 to 128 in steps of 32");
-    merge_piece_kernel<<<grid_for(batch_heads * piece_rows * 32), THREADS, 0, stream>>>(
-        o_acc, lse_acc, partials, fresh, o_out, lse_out, batch_heads, piece_rows, int(head_dim));
+    const unsigned blocks = grid_for(batch_heads * piece_rows * 32);
+    if (head_dim == 128)
+        merge_piece_kernel<4><<<blocks, THREADS, 0, stream>>>(o_acc, lse_acc, partials, fresh, o_out, lse_out,
+                                                              batch_heads, piece_rows);
+    else if (head_dim == 64)
+        merge_piece_kernel<2><<<blocks, THREADS, 0, stream>>>(o_acc, lse_acc, partials, fresh, o_out, lse_out,
+                                                              batch_heads, piece_rows);
+    else
+        throw std::logic_error("ring attention: the merge takes head dims of 64 and 128");
     CUDA_CHECK_LAUNCH();
 }
 
@@ -755,8 +814,8 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         };
 
         // Events: the workspace is ready; each transfer (group g delivers step g + 1's block);
-        // each step's compute; the end of the transfers.
-        Events ready(1), arrived(static_cast<size_t>(P)), computed(static_cast<size_t>(P)), transfers_done(1);
+        // each step's last read of its block (its last attention call); the end of the transfers.
+        Events ready(1), arrived(static_cast<size_t>(P)), released(static_cast<size_t>(P)), transfers_done(1);
         CUDA_CHECK(cudaEventRecord(ready[0], compute));
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
 
@@ -814,8 +873,14 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         for (int step = 0; step < P; ++step) {
             if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, arrived[size_t(step)], 0));
             const std::vector<BlockCall> calls = plan.calls(r, step);
+            // The block is read by the attention calls only: once the last is launched, the
+            // transfer into its buffer may be queued, before the step's last merges.
+            int last_piece = -1;
+            for (const BlockCall& call : calls) last_piece = std::max(last_piece, call.query_piece);
+            if (last_piece < 0) CUDA_CHECK(cudaEventRecord(released[size_t(step)], compute));
             for (int p = 0; p < pieces; ++p) {  // each query piece: its calls, then one merge
                 const std::vector<Partial> partials = compute_calls(step, p, calls);
+                if (p == last_piece) CUDA_CHECK(cudaEventRecord(released[size_t(step)], compute));
                 // One merge per MAX_PARTIALS partial results; the piece's last merge writes the
                 // ring's result: O in bf16 and the LSE.
                 for (size_t first = 0; first < partials.size(); first += MAX_PARTIALS) {
@@ -830,10 +895,9 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                     merged[size_t(p)] = true;
                 }
             }
-            CUDA_CHECK(cudaEventRecord(computed[size_t(step)], compute));
             // The buffer that held this step's block takes the block of step + 2.
             if (step + 2 < P) {
-                CUDA_CHECK(cudaStreamWaitEvent(comm, computed[size_t(step)], 0));
+                CUDA_CHECK(cudaStreamWaitEvent(comm, released[size_t(step)], 0));
                 pass(step + 2);
             }
         }
@@ -874,11 +938,12 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
         const cudaStream_t compute = device.compute, comm = device.comm_stream;
         const Shard& mine = plan.shards[size_t(r)];
         const int64_t rows = mine.length(), largest = plan.largest_shard();
-        // Each call of a step keeps its dK, dV until the travelling sums have arrived, so that
-        // their transfer overlaps the step's backward (four with zigzag's two pieces against the
-        // block's two; more where pieces are cut at kRingMaxPiece).
+        // A call's dK, dV wait in a part buffer until the travelling sums have arrived, so that
+        // their transfer overlaps the step's first calls. Two sets: the third call of a step
+        // (zigzag has four; more where pieces are cut at kRingMaxPiece) reuses the first's set
+        // once the first's parts are in the sums.
         const int64_t piece = plan.largest_piece;
-        const int part_sets = int(plan.most_calls);
+        const int part_sets = int(std::min<size_t>(2, plan.most_calls));
         const RingPlan::Slice slice = plan.query_slice(r);  // copied once, as in the forward
 
         Regions regions;
@@ -979,7 +1044,25 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
             const Block block = block_in_hand(step);
             const int owner = block_owner(r, step, P);
             const std::vector<BlockCall> calls = plan.calls(r, step);
+            // dK, dV of call c into the sums that travel with this block, after the sums of the
+            // block have arrived (during the first calls); the calls' parts go in in their order.
+            float* sums = sums_in_hand(step);
+            size_t added = 0;
+            auto add_parts = [&](size_t c) {
+                if (c == 0 && step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, sums_arrived[size_t(step)], 0));
+                const BlockCall& call = calls[c];
+                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
+                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
+                const size_t set = c % size_t(part_sets);
+                add_rows(sums + key_start, reinterpret_cast<bf16*>(at(dk_part_at[set])), BH, key_rows,
+                         call.key_begin, call.key_count, D, compute);
+                add_rows(sums + plan.elements(owner) + key_start, reinterpret_cast<bf16*>(at(dv_part_at[set])), BH,
+                         key_rows, call.key_begin, call.key_count, D, compute);
+            };
             for (size_t c = 0; c < calls.size(); ++c) {
+                // Call c takes the set of call c - 2: that call's parts go into the sums first.
+                while (added + size_t(part_sets) <= c) add_parts(added++);
+                const size_t set = c % size_t(part_sets);
                 const BlockCall& call = calls[c];
                 const int64_t query_rows = plan.piece_rows(r, call.query_piece);
                 const int64_t query_start = plan.piece_start(r, call.query_piece, D);
@@ -1001,22 +1084,12 @@ void RingAttention::backward(const std::vector<const bf16*>& q, const std::vecto
                 // P = exp(S - LSE) and delta = rowsum(dO * O) of the whole row, as the ring needs;
                 // its dQ is centred by the mean of all keys, not of this call's (`the key centre`).
                 attention_backward(q_call, k_call, v_call, o_call, lse_call, do_call, dq_part,
-                                   reinterpret_cast<bf16*>(at(dk_part_at[c])), reinterpret_cast<bf16*>(at(dv_part_at[c])),
+                                   reinterpret_cast<bf16*>(at(dk_part_at[set])), reinterpret_cast<bf16*>(at(dv_part_at[set])),
                                    plan.call_shape(call), compute, mean);
                 add_rows(dq_sum + query_start, dq_part, BH, query_rows, call.query_begin, call.query_count, D, compute);
             }
-            // dK, dV into the sums that travel with this block (they arrive during the calls above).
-            if (step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, sums_arrived[size_t(step)], 0));
-            float* sums = sums_in_hand(step);
-            for (size_t c = 0; c < calls.size(); ++c) {
-                const BlockCall& call = calls[c];
-                const int64_t key_rows = plan.piece_rows(owner, call.key_piece);
-                const int64_t key_start = plan.piece_start(owner, call.key_piece, D);
-                add_rows(sums + key_start, reinterpret_cast<bf16*>(at(dk_part_at[c])), BH, key_rows,
-                         call.key_begin, call.key_count, D, compute);
-                add_rows(sums + plan.elements(owner) + key_start, reinterpret_cast<bf16*>(at(dv_part_at[c])), BH,
-                         key_rows, call.key_begin, call.key_count, D, compute);
-            }
+            while (added < calls.size()) add_parts(added++);
+            if (calls.empty() && step > 0) CUDA_CHECK(cudaStreamWaitEvent(compute, sums_arrived[size_t(step)], 0));
             const bool last = step == P - 1;
             // The last hop carries finished sums: rounded to bf16 here, as the owner would round
             // them, into the block's buffer (its K, V are no longer read), it moves half the bytes.
