@@ -118,7 +118,6 @@ __device__ void store_columns(bf16* to, const float (&from)[COLUMNS]) {
 // registers. Every load of the row is issued before the first weight is computed, so that their
 // latencies overlap (the kernel is memory bound). The state goes back to the FP32 accumulator,
 // or, at the piece's last merge (o_out not null), out as the ring's result: O in bf16 and the LSE.
-// excerpt: merge-kernel
 template <int COLUMNS>
 __global__ void merge_piece_kernel(float* __restrict__ o_acc, float* __restrict__ lse_acc, Partials partials,
                                    bool fresh, bf16* __restrict__ o_out, float* __restrict__ lse_out,
@@ -129,6 +128,7 @@ __global__ void merge_piece_kernel(float* __restrict__ o_acc, float* __restrict_
     for (int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; warp < batch_heads * piece_rows;
          warp += warps) {
         const int64_t head = warp / piece_rows, row = warp % piece_rows;
+        // excerpt: merge-kernel
         // The loads: the state so far, then each covering partial's LSE and columns.
         float lse = -INFINITY, o[COLUMNS] = {};
         if (!fresh) {
@@ -166,6 +166,7 @@ __global__ void merge_piece_kernel(float* __restrict__ o_acc, float* __restrict_
             }
             lse = w.lse;
         }
+        // end excerpt
         __syncwarp();  // every lane has read lse_acc[warp] before lane 0 writes it
         if (o_out != nullptr) {
             store_columns(o_out + warp * head_dim + lane * COLUMNS, o);
@@ -176,7 +177,6 @@ __global__ void merge_piece_kernel(float* __restrict__ o_acc, float* __restrict_
         }
     }
 }
-// end excerpt
 
 // dst[h][i] = src[h][begin + i], rows of `width` elements, for i < count: a call's rows of a
 // piece as a contiguous tensor of the contract.
