@@ -14,7 +14,10 @@ in the header predicts: the time in K/V tiles per SM before (ceil(T / S) n) and 
 (F / S n + the split last round, its costs included), the busy share after, and the ratio to
 the baseline if the stage's time shrank by exactly that (a model, not a measurement).
 
-usage: last_round.py RUN.csv [--stage 12_persistent] [--sms 132] [--split]
+With --pass bwd, the same count for stage 11's backward: one block per SM, a block per
+BLOCK_KV = 128 keys of a head at both head dims (its work tiles), against the baseline's backward.
+
+usage: last_round.py RUN.csv [--stage 12_persistent] [--sms 132] [--split] [--pass fwd|bwd]
 """
 import argparse
 import math
@@ -27,6 +30,7 @@ from tables import medians_by_shape  # noqa: E402  (the one reader of a results 
 
 BLOCK_Q = {64: 192, 128: 128}  # stage 12's query rows per work tile (3 consumers at D = 64, 2 at 128)
 BLOCK_KV = {64: 128, 128: 176}  # its keys per K/V tile, non-causal
+BACKWARD_BLOCK_KV = 128  # stage 11's keys per backward block (BackwardTiling::BLOCK_KV), both head dims
 SPLIT_PLAN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "12_persistent", "split_plan.h")
 
 
@@ -62,13 +66,16 @@ def plan_split(tiles, sms, n, c):
 def non_causal_rows(arguments):
     """(shape, work tiles, baseline time over the stage's) of every non-causal shape of the run
     where both ran, in the tables' order."""
-    medians = medians_by_shape(arguments.run)
+    medians = medians_by_shape(arguments.run, arguments.pass_name)
     for shape in sorted(medians, key=lambda s: (s[4], s[2], s[0], s[1], s[3])):
         batch, heads, len_q, len_kv, head_dim, causal = shape
         times = medians[shape]
         if causal or arguments.stage not in times or arguments.baseline not in times:
             continue
-        tiles = batch * heads * math.ceil(len_q / BLOCK_Q[head_dim])
+        if arguments.pass_name == "bwd":
+            tiles = batch * heads * math.ceil(len_kv / BACKWARD_BLOCK_KV)
+        else:
+            tiles = batch * heads * math.ceil(len_q / BLOCK_Q[head_dim])
         yield shape, tiles, times[arguments.baseline] / times[arguments.stage]
 
 
@@ -80,10 +87,16 @@ def main():
     parser.add_argument("--baseline", default="torch_cudnn")
     parser.add_argument("--sms", type=int, default=132)
     parser.add_argument("--split", action="store_true", help="the split-tail plan and its predicted gain")
+    parser.add_argument("--pass", dest="pass_name", choices=("fwd", "bwd"), default="fwd",
+                        help="bwd: stage 11's backward blocks (give --stage 11_hopper_backward)")
     arguments = parser.parse_args()
+    if arguments.split and arguments.pass_name == "bwd":
+        parser.error("--split models the forward's plan only")
     if arguments.split:
         return split_table(arguments)
-    print(f"# {arguments.run}: non-causal shapes, {arguments.sms} SMs; ratio = {arguments.baseline} time over {arguments.stage}'s")
+    passes = "" if arguments.pass_name == "fwd" else ", backward"
+    print(f"# {arguments.run}: non-causal shapes, {arguments.sms} SMs{passes}; "
+          f"ratio = {arguments.baseline} time over {arguments.stage}'s")
     print(f"{'shape':<26}{'work tiles':>11}{'rounds':>9}{'full rounds':>12}{'busy at best':>13}"
           f"{'measured':>10}{'balanced':>10}")
     for shape, tiles, measured in non_causal_rows(arguments):
