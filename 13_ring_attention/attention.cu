@@ -802,6 +802,12 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
             lse_part_at[p] = regions.add(BH * piece * sizeof(float));
         }
         const size_t q_rows_at = regions.add(BH * slice.count * D * sizeof(bf16));
+        // Per query piece, a partial result held over to the piece's next merge (`held`).
+        std::vector<size_t> held_o_at(static_cast<size_t>(pieces)), held_lse_at(held_o_at.size());
+        for (size_t p = 0; p < size_t(pieces); ++p) {
+            held_o_at[p] = regions.add(BH * plan.piece_rows(r, int(p)) * D * sizeof(bf16));
+            held_lse_at[p] = regions.add(BH * plan.piece_rows(r, int(p)) * sizeof(float));
+        }
         Workspace workspace(regions.total, compute);
         char* base = workspace.as<char>();
         auto at = [&](size_t offset) { return base + offset; };
@@ -820,16 +826,29 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
         CUDA_CHECK(cudaStreamWaitEvent(comm, ready[0], 0));
 
         std::vector<bool> merged(size_t(pieces), false);  // a query piece's accumulator holds a state
-        // Stage 12's forward on each call of `step` for query piece p, into the partial results;
-        // none when the piece's only call, at its only step, covers all of it: then it writes the
-        // ring's result in place and there is nothing to merge.
+        // A piece's first partial result, when it is its step's only one and covers the whole
+        // piece, is held to the piece's next step with calls and merged there with that step's:
+        // a merge of one partial into the empty accumulator would only copy it into FP32 (the same
+        // bits as the next merge's first fold), a pass over the piece for nothing.
+        std::vector<Partial> held(size_t(pieces), Partial{});  // o == nullptr: none held
+        // Stage 12's forward on each call of `step` for query piece p, into the partial results
+        // (after the piece's held one, if any); none when the piece's only call, at its only step,
+        // covers all of it: then it writes the ring's result in place and there is nothing to merge.
         auto compute_calls = [&](int step, int p, const std::vector<BlockCall>& calls) {
             const Block block = block_in_hand(step);
             const int owner = block_owner(r, step, P);
             const int64_t piece_rows = plan.piece_rows(r, p);
-            const bool alone = step == last_step[size_t(p)] && !merged[size_t(p)] &&
-                               std::count_if(calls.begin(), calls.end(), [&](const BlockCall& c) { return c.query_piece == p; }) == 1;
+            const auto piece_calls =
+                std::count_if(calls.begin(), calls.end(), [&](const BlockCall& c) { return c.query_piece == p; });
+            const bool first = !merged[size_t(p)] && held[size_t(p)].o == nullptr;
+            const bool alone = step == last_step[size_t(p)] && first && piece_calls == 1;
+            const bool hold = step < last_step[size_t(p)] && first && piece_calls == 1;
             std::vector<Partial> partials;
+            size_t slots = 0;  // the partial-result buffers taken (a held partial has its own)
+            if (held[size_t(p)].o != nullptr && piece_calls > 0) {
+                partials.push_back(held[size_t(p)]);
+                held[size_t(p)] = Partial{};
+            }
             for (const BlockCall& call : calls) {
                 if (call.query_piece != p) continue;
                 const bool whole = call.query_count == piece_rows;
@@ -843,7 +862,14 @@ void RingAttention::forward(const std::vector<const bf16*>& q, const std::vector
                     merged[size_t(p)] = true;
                     break;
                 }
-                const size_t slot = partials.size();
+                if (hold && whole) {
+                    bf16* o_held = reinterpret_cast<bf16*>(at(held_o_at[size_t(p)]));
+                    float* lse_held = reinterpret_cast<float*>(at(held_lse_at[size_t(p)]));
+                    held[size_t(p)] = Partial{o_held, lse_held, 0, piece_rows};
+                    fastest_forward(q_call, k_call, v_call, o_held, lse_held, plan.call_shape(call), compute);
+                    break;
+                }
+                const size_t slot = slots++;
                 bf16* o_part = reinterpret_cast<bf16*>(at(o_part_at[slot]));
                 float* lse_part = reinterpret_cast<float*>(at(lse_part_at[slot]));
                 partials.push_back({o_part, lse_part, call.query_begin, call.query_count});
