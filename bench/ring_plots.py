@@ -14,6 +14,7 @@ files it was drawn from, so that rows of different runs are never taken for one 
 
 import argparse
 import sys
+import textwrap
 
 from ring_table import TARGET, TORCH, collapse_rounds, efficiency, read_rows
 
@@ -60,7 +61,9 @@ def figure(rows, title):
         fig.legend(handles, labels, loc="outside right center", fontsize=8)
     gpus = sorted({r["gpu"] for r in rows})
     files = sorted({r["file"] for r in rows})
-    fig.suptitle(f"{title}: {', '.join(gpus)}; rows from {', '.join(files)}", fontsize=10)
+    # Wrapped at the figure's width: a long GPU name would otherwise run off both edges.
+    fig.suptitle(textwrap.fill(f"{title}: {', '.join(gpus)}; rows from {', '.join(files)}", 120),
+                 fontsize=10)
     return fig
 
 

@@ -12,7 +12,8 @@
 #      and at the first length before them too (two rounds; bench/ring_table.py takes the median
 #      and prints their spread);
 #   3. writes bench/results/<gpu>/ring/: per GPU count ring-xP.csv, its table table-xP.txt
-#      (bench/ring_table.py) and system-xP.txt, and scaling.png (bench/ring_plots.py, over every
+#      (bench/ring_table.py) and system-xP.txt (the machine, and what its GPUs' clocks did while
+#      the rows ran: bench/clock_samples.py), and scaling.png (bench/ring_plots.py, over every
 #      ring-x*.csv of the folder; the figure names its files).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0). Each GPU count's files are replaced only when
 # its rows are all written.
@@ -53,7 +54,8 @@ SLUG=$(echo "$GPU" | tr '[:upper:]' '[:lower:]' | sed -E 's/[^a-z0-9]+/-/g; s/^-
 DEST=bench/results/$SLUG/ring
 mkdir -p "$DEST"
 WORK=$(mktemp -d "$ROOT/bench/results/.ring-XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+SAMPLER=""
+trap '[ -z "$SAMPLER" ] || kill "$SAMPLER" 2>/dev/null; rm -rf "$WORK"' EXIT
 
 # PyTorch's context parallelism at P GPUs and N tokens, causal and not, rows appended to CSV.
 torch_rows() {
@@ -75,6 +77,11 @@ for P in $COUNTS; do
     if [ "$P" -gt "$VISIBLE" ]; then echo "== $P GPUs: skipped ($VISIBLE visible)"; continue; fi
     CSV=$WORK/ring-x$P.csv
     "$BENCH" --print-header >"$CSV"
+    # The clocks of the ring's GPUs, once a second while its rows and PyTorch's run, summed up in
+    # system-xP.txt (bench/clock_samples.py): a run whose GPUs slow down says so, and which.
+    nvidia-smi -i "$(seq -s, 0 $((P - 1)))" --query-gpu="$("$PYTHON" bench/clock_samples.py --fields)" \
+        --format=csv,noheader,nounits -lms 1000 >"$WORK/clocks-x$P.csv" 2>/dev/null &
+    SAMPLER=$!
     for L in $TOKENS; do
         N=$((P * L))
         # At the first (shortest) length, where the ring's lead over PyTorch is thinnest, PyTorch
@@ -88,6 +95,7 @@ for P in $COUNTS; do
         done
         torch_rows "$P" "$N" "$CSV"
     done
+    kill "$SAMPLER" 2>/dev/null; wait "$SAMPLER" 2>/dev/null; SAMPLER=""
     {
         echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
         echo "commit: $COMMIT"
@@ -98,6 +106,7 @@ for P in $COUNTS; do
         echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
         echo "shape: B = 1, H = $HEADS, D = $HEAD_DIM; tokens per GPU: $TOKENS; repeats: $REPEATS"
         echo "duration so far: $((SECONDS - START)) s"
+        "$PYTHON" bench/clock_samples.py "$WORK/clocks-x$P.csv"
     } >"$WORK/system-x$P.txt"
     "$PYTHON" bench/ring_table.py "$CSV" --out "$WORK/table-x$P.txt" >/dev/null
     mv -f "$CSV" "$WORK/system-x$P.txt" "$WORK/table-x$P.txt" "$DEST/"

@@ -33,7 +33,8 @@ CSV, or per_gpu_min / per_gpu_max on the tokens per GPU):
 
     <!-- value:ring CSV [KEY=VALUE ...] FIELD -->0.91–0.96<!-- /value -->
 
-FIELD: efficiency or median_ms (the CSV's columns), aa (the A/A: aa_median_ms over median_ms)
+FIELD: efficiency, median_ms, tflops_per_gpu or baseline_tflops (the CSV's columns; the last
+the ring's kernels alone), aa (the A/A: aa_median_ms over median_ms)
 or vs_torch (PyTorch's context parallelism's median time
 at the same GPUs, length, mask and pass over the ring's, with a ×); optionally :DIGITS
 (efficiency:3); one matching row gives its value, several their lowest–highest.
@@ -694,14 +695,15 @@ def ring_value(spec):
             raise SystemExit(f"value:{spec}: a row without PyTorch's beside it in {path}")
         values = [torch[key] / float(row["median_ms"]) for key, row in zip(keys, chosen)]
         unit = "×"
-    elif field == "median_ms":
-        values, unit = [float(row["median_ms"]) for row in chosen], ""
+    elif field in ("median_ms", "tflops_per_gpu", "baseline_tflops"):
+        values, unit = [float(row[field]) for row in chosen], ""
     elif field == "aa":
         values, unit = [aa_ratio(row) for row in chosen], ""
         if None in values:
             raise SystemExit(f"value:{spec}: a row without the A/A column in {path}")
     else:
-        raise SystemExit(f"value:{spec}: unknown field {field} (efficiency, vs_torch, median_ms, aa)")
+        raise SystemExit(f"value:{spec}: unknown field {field} (efficiency, vs_torch, median_ms, "
+                         "tflops_per_gpu, baseline_tflops, aa)")
     places = int(digits or 2)
     low, high = f"{min(values):.{places}f}", f"{max(values):.{places}f}"
     return (low if low == high else f"{low}–{high}") + unit

@@ -14,6 +14,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import clock_samples  # noqa: E402
 import compare_runs  # noqa: E402
 import driver  # noqa: E402
 import plots  # noqa: E402
@@ -348,12 +349,39 @@ class RingValue(unittest.TestCase):
 
     def test_times_and_the_aa_check(self):
         self.assertEqual(self.value("len=131072 causal=1 sharding=zigzag median_ms:1"), "40.0")
+        self.assertEqual(self.value("sharding=zigzag tflops_per_gpu:0"), "1")
         with self.assertRaises(SystemExit):  # this CSV predates the A/A column
             self.value("sharding=zigzag aa")
 
     def test_no_matching_row_is_an_error(self):
         with self.assertRaises(SystemExit):
             self.value("sharding=striped efficiency")
+
+
+class ClockSamples(unittest.TestCase):
+    """bench/clock_samples.py: only busy samples count, and each reason the driver held a clock
+    down is named with its share."""
+
+    LINES = ["0, 100, 1980, 650.5, 60, 0x0000000000000000",
+             "1, 100, 1755, 699.0, 71, 0x0000000000000004",
+             "0, 100, 1980, 640.0, 61, 0x0000000000000000",
+             "1, 98, 1605, 700.0, 75, 0x0000000000000024",
+             "0, 0, 1410, 80.0, 50, 0x0000000000000001",   # idle: left out
+             "1, [N/A], 1410, 80.0, 50, 0x0000000000000001",
+             "garbage line"]
+
+    def test_a_line_per_gpu_over_its_busy_samples(self):
+        lines = clock_samples.summary(clock_samples.read_samples(self.LINES))
+        self.assertEqual(len(lines), 3)
+        self.assertIn("GPU 0: 2 of 3 samples busy; SM clock median 1980, lowest 1980 MHz", lines[1])
+        self.assertIn("clock never held down", lines[1])
+        self.assertIn("SM clock median 1680, lowest 1605 MHz", lines[2])
+        self.assertIn("power cap 100%, software thermal 50%", lines[2])
+
+    def test_no_samples_says_so(self):
+        self.assertIn("no samples", clock_samples.summary({})[0])
+        never = clock_samples.summary(clock_samples.read_samples(["0, 3, 1410, 70, 40, 0x1"]))
+        self.assertIn("GPU 0: never busy in 1 samples", never[1])
 
 
 class TimedWindow(unittest.TestCase):
