@@ -20,9 +20,11 @@
 #
 # usage: bench/run_ring_bench.sh
 # Environment (defaults in brackets): RING_GPUS [2 4 8], RING_TOKENS_PER_GPU [32768 65536 131072],
-#   RING_HEADS [32], RING_HEAD_DIM [128], RING_REPEATS [3], BENCH_COMMIT [git HEAD],
-#   PYTHON [common/python_env.sh's]. One count at a time fits the device's 10-minute calls:
-#   RING_GPUS=4 make bench-ring.
+#   RING_SHARDINGS [zigzag striped contiguous] (zigzag and striped causal, contiguous non-causal),
+#   RING_PASS [both] (fwd, bwd or both), RING_HEADS [32], RING_HEAD_DIM [128], RING_REPEATS [3],
+#   BENCH_COMMIT [git HEAD], PYTHON [common/python_env.sh's]. One count at a time fits the
+#   device's 10-minute calls: RING_GPUS=4 make bench-ring; where one count does not (8 GPUs, the
+#   longest lengths), a call per length, sharding or pass, each CSV joined afterwards (lab notes 13).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +36,18 @@ TOKENS=${RING_TOKENS_PER_GPU:-32768 65536 131072}
 HEADS=${RING_HEADS:-32}
 HEAD_DIM=${RING_HEAD_DIM:-128}
 REPEATS=${RING_REPEATS:-3}
+SHARDINGS=${RING_SHARDINGS:-zigzag striped contiguous}
+PASS=${RING_PASS:-both}
+case "$PASS" in fwd | bwd | both) ;; *) echo "error: RING_PASS=$PASS (fwd, bwd or both)" >&2; exit 2 ;; esac
+MASKS=""  # the masks the shardings run, so that PyTorch runs only those
+for sharding in $SHARDINGS; do
+    case "$sharding" in
+        zigzag | striped) MASKS="$MASKS 1" ;;
+        contiguous) MASKS="$MASKS 0" ;;
+        *) echo "error: RING_SHARDINGS has '$sharding' (zigzag, striped, contiguous)" >&2; exit 2 ;;
+    esac
+done
+MASKS=$(echo $MASKS | tr ' ' '\n' | sort -ru | tr '\n' ' ')
 START=$SECONDS
 
 problem=$(bash common/require.sh gpu "make bench-ring")
@@ -57,15 +71,16 @@ WORK=$(mktemp -d "$ROOT/bench/results/.ring-XXXXXX")
 SAMPLER=""
 trap '[ -z "$SAMPLER" ] || kill "$SAMPLER" 2>/dev/null; rm -rf "$WORK"' EXIT
 
-# PyTorch's context parallelism at P GPUs and N tokens, causal and not, rows appended to CSV.
+# PyTorch's context parallelism at P GPUs and N tokens, with the masks of the shardings that run,
+# rows appended to CSV.
 torch_rows() {
     local P=$1 N=$2 CSV=$3 causal
     [ "$TORCH" = 1 ] || return 0
-    for causal in 1 0; do
+    for causal in $MASKS; do
         echo "== $P GPUs, $N tokens, PyTorch's context parallelism, causal $causal"
         if ! "$PYTHON" -m torch.distributed.run --standalone --nproc-per-node "$P" \
                 bench/torch_context_parallel.py --len "$N" --heads "$HEADS" --head-dim "$HEAD_DIM" \
-                --causal "$causal" --repeats "$REPEATS" --csv "$CSV" 2>"$WORK/torch-x$P.log"; then
+                --causal "$causal" --pass "$PASS" --repeats "$REPEATS" --csv "$CSV" 2>"$WORK/torch-x$P.log"; then
             echo "   (failed; the last lines of its log:)"
             tail -n 3 "$WORK/torch-x$P.log"
         fi
@@ -87,11 +102,12 @@ for P in $COUNTS; do
         # At the first (shortest) length, where the ring's lead over PyTorch is thinnest, PyTorch
         # runs before the ring's rows as well as after: two rounds, whose spread is its A/A.
         [ "$L" = "$FIRST" ] && torch_rows "$P" "$N" "$CSV"
-        for setting in "zigzag 1" "striped 1" "contiguous 0"; do
-            read -r sharding causal <<<"$setting"
+        for sharding in $SHARDINGS; do
+            causal=1
+            [ "$sharding" = contiguous ] && causal=0
             echo "== $P GPUs, $N tokens, $sharding, causal $causal"
             "$BENCH" --gpus "$P" --sharding "$sharding" --causal "$causal" --len "$N" --heads "$HEADS" \
-                --head-dim "$HEAD_DIM" --repeats "$REPEATS" | tee -a "$CSV"
+                --head-dim "$HEAD_DIM" --pass "$PASS" --repeats "$REPEATS" | tee -a "$CSV"
         done
         torch_rows "$P" "$N" "$CSV"
     done
@@ -105,6 +121,7 @@ for P in $COUNTS; do
         nvidia-smi topo -m 2>/dev/null | sed 's/^/  /'
         echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
         echo "shape: B = 1, H = $HEADS, D = $HEAD_DIM; tokens per GPU: $TOKENS; repeats: $REPEATS"
+        echo "shardings: $SHARDINGS; passes: $PASS"
         echo "duration so far: $((SECONDS - START)) s"
         "$PYTHON" bench/clock_samples.py "$WORK/clocks-x$P.csv"
     } >"$WORK/system-x$P.txt"
