@@ -56,3 +56,9 @@ table("# LZ3, one driver run with PyTorch's baselines and stage 10 in the turns 
       [("lazy/cuDNN", over(lz3, "torch_cudnn", "12_lazy")), ("main/cuDNN", over(lz3, "torch_cudnn", "12_main")),
        ("lazy/10", over(lz3, "10_pingpong", "12_lazy")), ("main/10", over(lz3, "10_pingpong", "12_main")),
        ("main/lazy", over(lz3, "12_main", "12_lazy"))], shapes)
+pair = [(name, forward_medians(os.path.join(HERE, "pair", name, "results.csv"))) for name in ("main", "lazy")]
+table("# the pair (call LP): make bench's BF16 headline and extra sweeps twice back to back on one H100, main's stage "
+      "12 (43ff35c), then the lazy rescale (eecda8f's kernel): stage 12 against cuDNN and stage 10 in each run",
+      [(f"{name}/cuDNN", over(rows, "torch_cudnn", "12_persistent")) for name, rows in pair] +
+      [(f"{name}/10", over(rows, "10_pingpong", "12_persistent")) for name, rows in pair],
+      sorted({s for _, rows in pair for (stage, s) in rows if stage == "12_persistent"}))
