@@ -39,13 +39,20 @@ REPEATS=${RING_REPEATS:-3}
 SHARDINGS=${RING_SHARDINGS:-zigzag striped contiguous}
 PASS=${RING_PASS:-both}
 case "$PASS" in fwd | bwd | both) ;; *) echo "error: RING_PASS=$PASS (fwd, bwd or both)" >&2; exit 2 ;; esac
+# The mask a sharding runs with: zigzag and striped balance the causal triangle, contiguous runs
+# without the mask.
+mask_of() {
+    case "$1" in
+        zigzag | striped) echo 1 ;;
+        contiguous) echo 0 ;;
+        *) return 1 ;;
+    esac
+}
 MASKS=""  # the masks the shardings run, so that PyTorch runs only those
 for sharding in $SHARDINGS; do
-    case "$sharding" in
-        zigzag | striped) MASKS="$MASKS 1" ;;
-        contiguous) MASKS="$MASKS 0" ;;
-        *) echo "error: RING_SHARDINGS has '$sharding' (zigzag, striped, contiguous)" >&2; exit 2 ;;
-    esac
+    mask=$(mask_of "$sharding") ||
+        { echo "error: RING_SHARDINGS has '$sharding' (zigzag, striped, contiguous)" >&2; exit 2; }
+    MASKS="$MASKS $mask"
 done
 MASKS=$(echo $MASKS | tr ' ' '\n' | sort -ru | tr '\n' ' ')
 START=$SECONDS
@@ -103,8 +110,7 @@ for P in $COUNTS; do
         # runs before the ring's rows as well as after: two rounds, whose spread is its A/A.
         [ "$L" = "$FIRST" ] && torch_rows "$P" "$N" "$CSV"
         for sharding in $SHARDINGS; do
-            causal=1
-            [ "$sharding" = contiguous ] && causal=0
+            causal=$(mask_of "$sharding")
             echo "== $P GPUs, $N tokens, $sharding, causal $causal"
             "$BENCH" --gpus "$P" --sharding "$sharding" --causal "$causal" --len "$N" --heads "$HEADS" \
                 --head-dim "$HEAD_DIM" --pass "$PASS" --repeats "$REPEATS" | tee -a "$CSV"
