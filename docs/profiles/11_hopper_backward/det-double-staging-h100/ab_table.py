@@ -2,18 +2,21 @@
 branch's (11_hopper_backward: two staging tiles in use) and over the probe's (11_one: the compact
 layout with one in use), per shape and pass, from the driver runs of calls DS1 and DS2 (> 1: faster
 than main). usage: python3 ab_table.py (from this folder) > summary.txt"""
-import csv
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "..", "bench"))
+from tables import medians_by_shape  # noqa: E402  (the one reader of a results CSV)
 
 
 def medians(name):
+    """{(stage, shape as BxHxLqxLkxDxcausal, pass): median ms} of every pass of a run's rows."""
     rows = {}
-    with open(os.path.join(HERE, name)) as f:
-        for r in csv.DictReader(f):
-            shape = "x".join(r[k] for k in ("batch", "heads", "len_q", "len_kv", "head_dim", "causal"))
-            rows[(r["stage"], shape, r["pass"])] = float(r["median_ms"])
+    for pass_name in ("fwd", "bwd", "bwd_det"):
+        for shape, times in medians_by_shape(os.path.join(HERE, name), pass_name).items():
+            for stage, ms in times.items():
+                rows[(stage, "x".join(str(v) for v in shape), pass_name)] = ms
     return rows
 
 

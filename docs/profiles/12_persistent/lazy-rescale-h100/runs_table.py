@@ -1,10 +1,12 @@
 """The tables of lab notes 12's lazy-rescale section, from the CSVs of this folder and of the
 make bench runs before it (the repository's paths). usage: python3 runs_table.py > summary.txt"""
-import csv
 import os
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from tables import medians_by_shape  # noqa: E402  (the one reader of a results CSV)
 RUNS = [("3ad30d2/1", "docs/profiles/all_stages/bench-pair-3ad30d2/run1/results.csv"),
         ("3ad30d2/2", "docs/profiles/all_stages/bench-pair-3ad30d2/run2/results.csv"),
         ("bfe58f2", "docs/profiles/all_stages/bench-bfe58f2/results.csv"),
@@ -13,13 +15,9 @@ RUNS = [("3ad30d2/1", "docs/profiles/all_stages/bench-pair-3ad30d2/run1/results.
 
 
 def forward_medians(path):
-    rows = {}
-    with open(path) as f:
-        for r in csv.DictReader(f):
-            if r["pass"] == "fwd" and r["dtype"] == "bf16" and r["median_ms"]:
-                shape = "x".join(r[k] for k in ("batch", "heads", "len_q", "len_kv", "head_dim", "causal"))
-                rows[(r["stage"], shape)] = float(r["median_ms"])
-    return rows
+    """{(stage, shape as BxHxLqxLkxDxcausal): median ms} of a run's BF16 forward rows that ran."""
+    return {(stage, "x".join(str(v) for v in shape)): ms
+            for shape, times in medians_by_shape(path).items() for stage, ms in times.items()}
 
 
 def table(title, columns, shapes):
