@@ -432,6 +432,33 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     float l[2] = {0.0f, 0.0f};
     const float scale_log2 = scale * LOG2E;  // exp(scale * x) = 2^(x * scale * log2 e)
 
+    // excerpt: lazy-rescale
+    // At D = 128 the reference max moves lazily: while a row's max has grown by at most
+    // RESCALE_BOUND (in log2 units) over it, it stays where it was and P reaches at most
+    // 2^RESCALE_BOUND; where no row of the warp moves, rescale_o multiplies nothing (`rescale`
+    // false). O, l and LSE = m scale + log l are the same with any reference up to the max.
+    constexpr float RESCALE_BOUND = 8.0f;
+    bool rescale = true;
+    auto move_reference = [&](const float (&m_new)[2], float (&max_offset)[2], float (&alpha)[2]) {
+        // (m - -inf and -inf - -inf fail the test: a row's first visible key always moves it)
+        bool move[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) move[r] = !((m_new[r] - m[r]) * scale_log2 <= RESCALE_BOUND);
+        rescale = __any_sync(FULL_MASK, move[0] || move[1]);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            if (rescale && move[r]) {
+                max_offset[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
+                alpha[r] = fast_exp2(m[r] * scale_log2 - max_offset[r]);
+                m[r] = m_new[r];
+                l[r] *= alpha[r];
+            } else {
+                max_offset[r] = m[r] * scale_log2;  // m[r] is finite: it did not move
+                alpha[r] = 1.0f;
+            }
+        }
+    };
+    // end excerpt
     // Online softmax in FP32, in place: S becomes exp(scale * (S - m_new)); alpha is the factor
     // that moves O and l from the old running max to the new one.
     auto softmax = [&](float (&s)[BLOCK_KV / 2], float (&alpha)[2]) {
@@ -446,11 +473,18 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
         for (int r = 0; r < 2; ++r) {
             m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(FULL_MASK, m_new[r], 1));
             m_new[r] = fmaxf(m_new[r], __shfl_xor_sync(FULL_MASK, m_new[r], 2));
-            // A row with no visible key yet keeps max -inf: use 0, so no inf - inf.
-            max_offset[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
-            alpha[r] = fast_exp2(m[r] * scale_log2 - max_offset[r]);
-            m[r] = m_new[r];
-            l[r] *= alpha[r];
+        }
+        if constexpr (HEAD_DIM == 128) {
+            move_reference(m_new, max_offset, alpha);
+        } else {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                // A row with no visible key yet keeps max -inf: use 0, so no inf - inf.
+                max_offset[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r] * scale_log2;
+                alpha[r] = fast_exp2(m[r] * scale_log2 - max_offset[r]);
+                m[r] = m_new[r];
+                l[r] *= alpha[r];
+            }
         }
 #pragma unroll
         for (int n = 0; n < BLOCK_KV / 8; ++n)
@@ -492,6 +526,7 @@ flash_forward_pingpong_kernel(const __grid_constant__ CUtensorMap q_map,
     // At the first K/V tile of a work tile alpha is 0 (m was reset to -inf): the rescale then
     // clears O, which the epilogue of the work tile before has just stored.
     auto rescale_o = [&](const float (&alpha)[2]) {
+        if (!rescale) return;
 #pragma unroll
         for (int d = 0; d < HEAD_DIM / 8; ++d) {
             o_accumulator[4 * d + 0] *= alpha[0];
