@@ -8,8 +8,11 @@ The rule (docs/benchmarking.md says why; bench/experiments/clock_settle.py measu
   * per shape and pass, every implementation is made resident (its input sets made, rotated so
     that no call finds its inputs in L2) and called twice untimed (the first call pays the
     one-time costs: plans built, modules loaded);
-  * then the implementations take turns, the order rotated by one place per turn and reversed
-    every other turn. Each turn gives every implementation SLICE_SECONDS of credit, and it
+  * the implementations of one element type are timed as one group, BF16's first, and an
+    implementation beyond HEAVY_BYTES alone after them (below): a ratio compares implementations
+    of one type, and FP32 calls in BF16 turns would hold the H100 below its power limit;
+  * then the group's implementations take turns, the order rotated by one place per turn and
+    reversed every other turn. Each turn gives every implementation SLICE_SECONDS of credit, and it
     issues the calls its credit covers (round(credit / call): none when a call is much longer
     than its credit, which it keeps for the next turn), so that over the turns every member
     issues about the same time of calls while a turn stays short against the clock's swings; a
@@ -113,6 +116,9 @@ DETERMINISTIC_TARGET = 1.15
 # shows what timing side by side removes). Each member keeps the rule of the module docstring:
 # its own resident inputs, two untimed calls, its own slices, calls and median.
 GROUP_PASSES = {"fwd": ["fwd"], "bwd": ["bwd", "bwd_det"]}
+# The element types of a shape's groups, in the order they are timed: BF16 first, right after the
+# previous shape's backward (BF16 too), so that its turns start where a BF16 workload runs.
+GROUP_DTYPES = ["bf16", "fp32"]
 # FP32 implementations are not timed at these (head_dim, sequence length) pairs; see above.
 FP32_LEFT_OUT = {(128, 16384)}
 # torch_sdpa (PyTorch's own dispatch) in FP32 only: in BF16 it runs one of the fused backends
@@ -617,6 +623,25 @@ def deterministic_shapes(sweeps, names):
     return set(keys)
 
 
+def schedule_groups(members, heavy):
+    """The groups one shape's (implementation, pass) members are timed in, in order: one group per
+    element type, BF16 first (GROUP_DTYPES), then each member whose key is in `heavy` alone.
+
+    A ratio compares two implementations of one element type, so each type takes its turns apart:
+    FP32 calls in a BF16 group's turns lower the board power, and its BF16 members would be timed
+    at clocks a BF16 workload does not run at (docs/benchmarking.md, "One element type per
+    group")."""
+    groups = []
+    others = sorted({impl.dtype_name for impl, _ in members} - set(GROUP_DTYPES))
+    for dtype_name in GROUP_DTYPES + others:
+        group = [(impl, pass_name) for impl, pass_name in members
+                 if impl.dtype_name == dtype_name and member_key(impl, pass_name) not in heavy]
+        if group:
+            groups.append(group)
+    return groups + [[(impl, pass_name)] for impl, pass_name in members
+                     if member_key(impl, pass_name) in heavy]
+
+
 def group_members(implementations, shape, step_pass, deterministic_keys):
     """(implementation, pass) pairs of one shape's group for the step's pass: bwd_det where the
     implementation has it and the shape is one of DETERMINISTIC_SWEEPS'."""
@@ -663,7 +688,8 @@ def parse_arguments():
 
 def method():
     return (f"interleaved slices (bench/driver.py): per shape and pass, every implementation "
-            f"resident and called twice untimed, then turns in a rotating order, each giving every "
+            f"resident and called twice untimed, then, one group per element type (bf16 "
+            f"first), turns in a rotating order, each giving every "
             f"implementation {SLICE_SECONDS * 1e3:g} ms of credit for calls, until each has {TIMED_SECONDS:g} s of timed calls "
             f"({POWER_TIMED_SECONDS:g} s for calls of {POWER_CALL_MS:g} ms or more) and "
             f"{MIN_CALLS} calls (at most {MAX_TIMED_SECONDS:g} s or {MAX_CALLS} calls; calls of "
@@ -755,14 +781,15 @@ def main():
         state = {member_key(impl, pass_name): {"clock": [], "power": [], "skip": "",
                                                "workspace": None}
                  for impl, pass_name, _ in active}
-        light, heavy = [], []
+        members, heavy = [], set()
         for impl, pass_name, _ in active:
             try:
-                (heavy if impl.heavy_bytes(shape, pass_name) > HEAVY_BYTES else light).append(
-                    (impl, pass_name))
+                if impl.heavy_bytes(shape, pass_name) > HEAVY_BYTES:
+                    heavy.add(member_key(impl, pass_name))
+                members.append((impl, pass_name))
             except Skip as skip:
                 state[member_key(impl, pass_name)]["skip"] = str(skip)
-        for group in ([light] if light else []) + [[member] for member in heavy]:
+        for group in schedule_groups(members, heavy):
             time_group(torch, group, shape, state, rotation_bytes, clocks, pool)
         summary = []
         for impl, pass_name, reason in skipped:

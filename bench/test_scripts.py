@@ -106,6 +106,25 @@ class FakeImplementation:
         self.name, self.passes, self.dtype_name = name, passes, dtype_name
 
 
+class ScheduleGroups(unittest.TestCase):
+    """Each element type takes its turns in a group of its own, BF16's first; heavy members alone."""
+
+    def test_one_group_per_element_type_then_the_heavy_members(self):
+        stage = FakeImplementation("12_persistent", ["fwd"])
+        cudnn = FakeImplementation("torch_cudnn", ["fwd", "bwd"])
+        tiled = FakeImplementation("02_tiled", ["fwd"], "fp32")
+        naive = FakeImplementation("00_naive", ["fwd"], "fp32")
+        members = [(naive, "fwd"), (tiled, "fwd"), (stage, "fwd"), (cudnn, "fwd")]
+        groups = driver.schedule_groups(members, {driver.member_key(naive, "fwd")})
+        names = [[impl.name for impl, _ in group] for group in groups]
+        self.assertEqual(names, [["12_persistent", "torch_cudnn"], ["02_tiled"], ["00_naive"]])
+
+    def test_no_member_is_dropped(self):
+        odd = FakeImplementation("fp16_stage", ["fwd"], "fp16")
+        groups = driver.schedule_groups([(odd, "fwd")], set())
+        self.assertEqual(groups, [[(odd, "fwd")]])
+
+
 class DeterministicRows(unittest.TestCase):
     """bwd_det: the deterministic backward of the stages that have one, at the target shapes."""
 
