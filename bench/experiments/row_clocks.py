@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""The SM clock and board power a results CSV recorded for one shape's BF16 forward rows (the
+medians of NVML's readings after each turn: columns sm_clock_mhz and power_w), with the row's
+median time, for several runs side by side: what power state each run timed the shape in
+(docs/benchmarking.md, "One element type per group").
+
+usage: row_clocks.py RUN.csv [RUN.csv ...] --shape 1x32x4096x4096x128x0
+                     [--stages 12_persistent,torch_cudnn,10_pingpong]
+"""
+import argparse
+import csv
+
+SHAPE_COLUMNS = ("batch", "heads", "len_q", "len_kv", "head_dim", "causal")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+")
+    parser.add_argument("--shape", required=True)
+    parser.add_argument("--stages", default="12_persistent,torch_cudnn,10_pingpong")
+    arguments = parser.parse_args()
+    stages = arguments.stages.split(",")
+    print(f"# BF16 forward at {arguments.shape}: median ms, SM clock MHz, board power W")
+    for path in arguments.runs:
+        with open(path, newline="") as results:
+            rows = {row["stage"]: row for row in csv.DictReader(results)
+                    if row["pass"] == "fwd" and row["dtype"] == "bf16" and row["status"] in ("", "ok")
+                    and "x".join(row[column] for column in SHAPE_COLUMNS) == arguments.shape}
+        print(path)
+        for stage in stages:
+            row = rows.get(stage)
+            print(f"  {stage:<16}" + (f"{float(row['median_ms']):9.4f} ms {row['sm_clock_mhz']:>6} MHz "
+                                      f"{row['power_w']:>5} W" if row else "  (no row)"))
+
+
+if __name__ == "__main__":
+    main()
