@@ -8,9 +8,11 @@ usage: row_clocks.py RUN.csv [RUN.csv ...] --shape 1x32x4096x4096x128x0
                      [--stages 12_persistent,torch_cudnn,10_pingpong]
 """
 import argparse
-import csv
+import os
+import sys
 
-SHAPE_COLUMNS = ("batch", "heads", "len_q", "len_kv", "head_dim", "causal")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tables import read_results  # noqa: E402  (the one reader of a results CSV)
 
 
 def main():
@@ -21,15 +23,14 @@ def main():
     parser.add_argument("--stages", default="12_persistent,torch_cudnn,10_pingpong")
     arguments = parser.parse_args()
     stages = arguments.stages.split(",")
+    shape = tuple(int(field) for field in arguments.shape.split("x"))
     print(f"# BF16 forward at {arguments.shape}: median ms, SM clock MHz, board power W")
     for path in arguments.runs:
-        with open(path, newline="") as results:
-            rows = {row["stage"]: row for row in csv.DictReader(results)
-                    if row["pass"] == "fwd" and row["dtype"] == "bf16" and row["status"] in ("", "ok")
-                    and "x".join(row[column] for column in SHAPE_COLUMNS) == arguments.shape}
+        rows = read_results(path)
         print(path)
         for stage in stages:
-            row = rows.get(stage)
+            row = rows.get((stage, "bf16", shape, "fwd"))
+            row = row if row and row["status"] == "ok" else None
             print(f"  {stage:<16}" + (f"{float(row['median_ms']):9.4f} ms {row['sm_clock_mhz']:>6} MHz "
                                       f"{row['power_w']:>5} W" if row else "  (no row)"))
 
