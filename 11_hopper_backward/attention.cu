@@ -527,7 +527,14 @@ struct BackwardTiling {
     static_assert(Q_SLABS * SLABS == CONSUMERS, "one 64 x 64 piece of dQ per consumer");
     static constexpr uint32_t DS_BYTES = BLOCK_KV * BLOCK_Q * sizeof(bf16);  // both halves of dS^T
     static constexpr uint32_t DQ_BYTES = 64 * 64 * sizeof(float);            // one consumer's piece
-    static constexpr uint32_t ONES_BYTES = 8 * 64 * sizeof(bf16);            // the tile of ones
+    // rowsum(dS) rides on the dQ GEMM as 8 more columns of B: the tile of ones is laid out like a
+    // slab of K, [BLOCK_KV keys][64], of which the GEMM reads 8 columns. Each of the SLABS pieces
+    // of a query slab sums all its keys: the tile holds 1 / SLABS (exact in bf16), and their
+    // SLABS partial sums add up to the row sum.
+    static constexpr uint32_t ONES_BYTES = BLOCK_KV * 64 * sizeof(bf16);
+    static constexpr float ONES_VALUE = 1.0f / SLABS;
+    static constexpr int DQ_N = 64 + 8;                                      // dQ's piece, then dS 1
+    static constexpr uint32_t RS_BYTES = 64 * sizeof(float);                 // a piece's 64 row sums
     static constexpr bool DETERMINISTIC = false;  // the adds into device memory in any order
 };
 
@@ -577,13 +584,14 @@ struct BackwardSharedLayout {
     static constexpr size_t DS_TILES = DO_TILES + Config::STAGES * Config::Q_BYTES;
     // Each consumer's 64 x 64 FP32 piece of dQ, the source of its bulk reduce-add.
     static constexpr size_t DQ_STAGING = DS_TILES + 2 * Config::DS_BYTES;
-    // rowsum(dS) for the centred dQ is the GEMM dS 1 over each consumer's 64 keys: B is a tile
-    // of ones, [8 columns][64 keys] as a K-major B (every value is 1: the swizzle cannot matter).
+    // rowsum(dS) for the centred dQ: the dQ GEMM's B goes on past its slab of K into a tile of
+    // ones, [BLOCK_KV keys][64] like a slab of K (every value is 1: the swizzle cannot matter).
     static constexpr size_t ONES = DQ_STAGING + Config::CONSUMERS * Config::DQ_BYTES;
-    // Each consumer's BLOCK_Q row sums of dS, the source of their bulk reduce-add.
+    // Each consumer's 64 row sums of dS (its piece's queries; at D = 128 half of each sum), the
+    // source of their bulk reduce-add.
     static constexpr size_t ROWSUM_STAGING = ONES + Config::ONES_BYTES;
     // LSE log2 e and delta of the ring's query tiles, [STAGES][BLOCK_Q] each.
-    static constexpr size_t LSE_ROWS = ROWSUM_STAGING + Config::CONSUMERS * Config::ROW_BYTES;
+    static constexpr size_t LSE_ROWS = ROWSUM_STAGING + Config::CONSUMERS * Config::RS_BYTES;
     static constexpr size_t DELTA_ROWS = LSE_ROWS + Config::STAGES * Config::ROW_BYTES;
     // For the exact delta: two buffers of per-warp column sums, [2][consumer warps][BLOCK_Q],
     // and each consumer's copy of the sums, [CONSUMERS][BLOCK_Q].
@@ -605,7 +613,7 @@ struct BackwardSharedLayout {
                   "swizzled tiles on 1024-byte boundaries");
     static_assert(DQ_STAGING % 128 == 0 && ROWSUM_STAGING % 128 == 0 && LSE_ROWS % 128 == 0 &&
                       DELTA_ROWS % 128 == 0 && DELTA_PARTIALS % 128 == 0 && EXACT_DELTA % 128 == 0 &&
-                      Config::DQ_BYTES % 128 == 0 && Config::ROW_BYTES % 128 == 0,
+                      Config::DQ_BYTES % 128 == 0 && Config::ROW_BYTES % 128 == 0 && Config::RS_BYTES % 128 == 0,
                   "FP32 rows on 128-byte boundaries");
     static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block");
 };
@@ -775,7 +783,7 @@ struct BackwardBlock {
     bf16* do_tiles;       // [STAGES][SLABS][BLOCK_Q][64]
     float* lse_rows;      // [STAGES][BLOCK_Q]
     float* delta_rows;    // [STAGES][BLOCK_Q]
-    bf16* ones;           // [8][64], B of the row sums of dS (see issue_dq)
+    bf16* ones;           // [BLOCK_KV][64], the last 8 columns of dQ's B: the row sums of dS (see issue_dq)
     uint64_t* kv_full;    // K and V have landed
     uint64_t* q_full;     // [STAGES] the stage's Q, dO, LSE and delta have landed
     uint64_t* q_empty;    // [STAGES] every consumer warp is done with the stage
@@ -886,7 +894,6 @@ struct ConsumerWarpgroup : BackwardBlock {
     static constexpr int Q_STEPS = BLOCK_Q / 16;     // k-steps over the queries (dV, dK)
     static constexpr int KEY_STEPS = BLOCK_KV / 16;  // k-steps of dQ (over the keys)
     using Shared = BackwardSharedLayout<Config>;     // offsets into the dynamic shared memory
-    using DsSums = float[Config::Q_SLABS][4];        // rowsum(dS) = dS 1, one accumulator per slab of queries
 
     float* dq_accumulator;
     float* ds_rowsum;
@@ -903,12 +910,13 @@ struct ConsumerWarpgroup : BackwardBlock {
     int key_row;            // this consumer's 64 keys: rows key_row .. key_row + 63 of the K and V tiles
     bf16* ds_tiles;         // [2][Q_SLABS][BLOCK_KV keys][64]
     float* dq_staging;      // this consumer's 64 x 64 piece of dQ
-    float* rowsum_staging;  // this consumer's BLOCK_Q row sums of dS
+    float* rowsum_staging;  // the row sums of dS of this consumer's piece (its 64 queries)
 
     // Descriptors. S^T = K Q^T and dP^T = V dO^T: K, V (A) and Q, dO (B) all K-major, the head
     // dim contiguous. dV += P^T dO and dK += dS^T Q: dO and Q as MN-major B (their head dim is
     // the output dimension). dQ = dS K: dS^T stored [key][query] is an MN-major A (queries
-    // contiguous), K an MN-major B.
+    // contiguous), K an MN-major B, and 8 columns of ones after it (a leading byte offset that
+    // reaches the tile of ones).
     // Each descriptor is built once, and k-step `step` is it advanced by kmajor_step (16 columns:
     // slab step / 4, 32 bytes along the row per step inside it) or MN_STEP (16 rows further).
     static constexpr uint32_t ROW = 64 * sizeof(bf16);  // one swizzled row: 128 bytes
@@ -923,9 +931,8 @@ struct ConsumerWarpgroup : BackwardBlock {
     uint64_t k_kmajor, v_kmajor;
     // Q and dO of stage 0 (a stage is Q_BYTES further), dS^T's buffer 0 (DS_BYTES further).
     uint64_t q_kmajor, do_kmajor, q_mnmajor, do_mnmajor, ds_mnmajor;
-    uint64_t ones_kmajor;
     // dQ's piece: a slab of dS^T's queries (D = 64) times all of K, or all of dS^T times a slab
-    // of K's columns (D = 128), over all BLOCK_KV keys.
+    // of K's columns (D = 128), over all BLOCK_KV keys; then the ones.
     uint64_t k_piece;
     uint32_t ds_piece_bytes;
 
@@ -1095,7 +1102,7 @@ struct ConsumerWarpgroup : BackwardBlock {
     // On its first tile consumer 0 has no piece yet: it multiplies whatever buffer 1 holds, and
     // the caller drops the result (a wgmma under a branch would make ptxas serialize them all).
     __device__ __forceinline__ void issue_gradients(float (&dk)[HEAD_DIM / 2], float (&dv)[HEAD_DIM / 2],
-                                                    float (&dq)[32], DsSums& ds_sum,
+                                                    float (&dq)[Config::DQ_N / 2],
                                                     const uint32_t (&p_fragment)[Q_STEPS][4],
                                                     const uint32_t (&ds_fragment)[Q_STEPS][4],
                                                     int stage, int read) const {
@@ -1103,8 +1110,6 @@ struct ConsumerWarpgroup : BackwardBlock {
         fence_registers(dk);
         fence_registers(dv);
         fence_registers(dq);
-#pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         wgmma_fence();
 #pragma unroll
         for (int step = 0; step < Q_STEPS; ++step)
@@ -1114,56 +1119,45 @@ struct ConsumerWarpgroup : BackwardBlock {
         for (int step = 0; step < Q_STEPS; ++step)
             Wgmma<HEAD_DIM>::template rs<1>(dv, p_fragment[step],
                                             advance_descriptor(do_mnmajor, stage_bytes + step * MN_STEP), 1);
-        issue_dq(dq, ds_sum, lagging ? read - 1 : read);
+        issue_dq(dq, lagging ? read - 1 : read);
         wgmma_commit();
     }
     // end excerpt
 
     // Once the tile's GEMMs are done, the stage goes back to the producer: Q and dO have been read.
     __device__ __forceinline__ void release_stage(float (&dk)[HEAD_DIM / 2], float (&dv)[HEAD_DIM / 2],
-                                                  float (&dq)[32], DsSums& ds_sum, int stage) const {
+                                                  float (&dq)[Config::DQ_N / 2], int stage) const {
         wgmma_wait<0>();
         fence_registers(dk);
         fence_registers(dv);
         fence_registers(dq);
-#pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         __syncwarp();
         if (lane == 0) mbarrier_arrive(&q_empty[stage]);
     }
 
     // excerpt: dq-gemm
     // A consumer's 64 x 64 piece of dQ = dS K for the `read`-th query tile of the walk (A = dS^T
-    // from shared memory), and rowsum(dS) = dS 1 over the consumer's own keys. The caller fences
-    // and commits.
-    __device__ __forceinline__ void issue_dq(float (&dq)[32], DsSums& ds_sum, int read) const {
+    // from shared memory), and in the same GEMM rowsum(dS) = dS 1 over all the block's keys: B is
+    // the piece's slab of K and then 8 columns of ones (of 1 / SLABS), so accumulator columns
+    // 64..71 (dq[32..35]) each hold the row sums. The caller fences and commits.
+    __device__ __forceinline__ void issue_dq(float (&dq)[Config::DQ_N / 2], int read) const {
         const uint32_t ds_bytes = (read & 1) * Config::DS_BYTES;  // read = -1: buffer 1
 #pragma unroll
         for (int step = 0; step < KEY_STEPS; ++step)
-            Wgmma<64>::template ss<1, 1>(dq, advance_descriptor(ds_mnmajor, ds_bytes + ds_piece_bytes + step * MN_STEP),
-                                         advance_descriptor(k_piece, step * MN_STEP), step > 0);
-#pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m)
-#pragma unroll
-            for (int step = 0; step < 4; ++step)
-                Wgmma<8>::template ss<1, 0>(
-                    ds_sum[m], advance_descriptor(ds_mnmajor, ds_bytes + (m * BLOCK_KV + key_row) * ROW + step * MN_STEP),
-                    advance_descriptor(ones_kmajor, kmajor_step(8, step)), step > 0);
+            Wgmma<Config::DQ_N>::template ss<1, 1>(dq, advance_descriptor(ds_mnmajor, ds_bytes + ds_piece_bytes + step * MN_STEP),
+                                                   advance_descriptor(k_piece, step * MN_STEP), step > 0);
     }
     // end excerpt
 
     // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles.
-    __device__ __forceinline__ void stage_dq(const float (&dq)[32], const DsSums& ds_sum) const {
+    __device__ __forceinline__ void stage_dq(const float (&dq)[Config::DQ_N / 2]) const {
 #pragma unroll
         for (int i = 0; i < 8; ++i)
             reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
                 make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
         if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
-#pragma unroll
-            for (int m = 0; m < Config::Q_SLABS; ++m) {
-                rowsum_staging[m * 64 + warp * 16 + fragment_row] = ds_sum[m][0];
-                rowsum_staging[m * 64 + warp * 16 + fragment_row + 8] = ds_sum[m][2];
-            }
+            rowsum_staging[warp * 16 + fragment_row] = dq[32];
+            rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
         }
     }
 
@@ -1174,29 +1168,25 @@ struct ConsumerWarpgroup : BackwardBlock {
     // once the block's turn in the tile's chain has come): every thread waits until the writer
     // has read the consumer's previous piece (`handed` pieces so far), stores its part, and
     // arrives; the writer waits for all 128. The consumer goes on at once.
-    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[32], const DsSums& ds_sum, int handed) const {
+    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[Config::DQ_N / 2], int handed) const {
         if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
-        stage_dq(dq, ds_sum);
+        stage_dq(dq);
         fence_proxy_async_shared();  // the copy engine reads what these stores wrote
         mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
     }
     // end excerpt
 
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
-    // into the caller's dq and ds_sum.
-    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[32], DsSums& ds_sum, int handed) const {
+    // into the caller's dq.
+    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[Config::DQ_N / 2], int handed) const {
         wait_turn();
         fence_registers(dq);
-#pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
         wgmma_fence();
-        issue_dq(dq, ds_sum, q_tiles - 1 - first_q_tile);
+        issue_dq(dq, q_tiles - 1 - first_q_tile);
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(dq);
-#pragma unroll
-        for (int m = 0; m < Config::Q_SLABS; ++m) fence_registers(ds_sum[m]);
-        hand_over_dq_in_turn(dq, ds_sum, handed);
+        hand_over_dq_in_turn(dq, handed);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1251,7 +1241,7 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     consumer.key_row = warpgroup * 64;
     consumer.ds_tiles = reinterpret_cast<bf16*>(block.base + Shared::DS_TILES);
     consumer.dq_staging = reinterpret_cast<float*>(block.base + Shared::DQ_STAGING + warpgroup * Config::DQ_BYTES);
-    consumer.rowsum_staging = reinterpret_cast<float*>(block.base + Shared::ROWSUM_STAGING + warpgroup * Config::ROW_BYTES);
+    consumer.rowsum_staging = reinterpret_cast<float*>(block.base + Shared::ROWSUM_STAGING + warpgroup * Config::RS_BYTES);
     consumer.k_kmajor = Consumer::kmajor(block.k_tile + consumer.key_row * 64);
     consumer.v_kmajor = Consumer::kmajor(block.v_tile + consumer.key_row * 64);
     consumer.q_kmajor = Consumer::kmajor(block.q_tiles_smem);
@@ -1259,8 +1249,10 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     consumer.q_mnmajor = Consumer::mnmajor(block.q_tiles_smem, BLOCK_Q);
     consumer.do_mnmajor = Consumer::mnmajor(block.do_tiles, BLOCK_Q);
     consumer.ds_mnmajor = Consumer::mnmajor(consumer.ds_tiles, BLOCK_KV);
-    consumer.ones_kmajor = Consumer::kmajor(block.ones);
-    consumer.k_piece = Consumer::mnmajor(block.k_tile + (warpgroup % SLABS) * BLOCK_KV * 64, BLOCK_KV);
+    // The piece's slab of K, and (the leading byte offset: from one 64-column slab of B to the
+    // next) the tile of ones after it.
+    const size_t k_slab = Shared::K_TILE + size_t(warpgroup % SLABS) * BLOCK_KV * ROW;
+    consumer.k_piece = make_smem_descriptor(block.base + k_slab, uint32_t(Shared::ONES - k_slab), 8 * ROW);
     consumer.ds_piece_bytes = (warpgroup % Config::Q_SLABS) * BLOCK_KV * ROW;
     consumer.scale_log2 = scale * LOG2E;
     consumer.exact_delta = kv_tiles == 1;
@@ -1337,22 +1329,22 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         // Second turn: dK, dV and a piece of dQ.
         consumer.wait_turn();
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_TURN, q_tile);
-        float dq[32], ds_sum[Config::Q_SLABS][4];
+        float dq[Config::DQ_N / 2];
         const bool has_dq = !consumer.lagging || read > 0;
-        consumer.issue_gradients(dk, dv, dq, ds_sum, p_fragment, ds_fragment, stage, read);
+        consumer.issue_gradients(dk, dv, dq, p_fragment, ds_fragment, stage, read);
         consumer.pass_turn();
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_ISSUED, q_tile);
-        consumer.release_stage(dk, dv, dq, ds_sum, stage);
+        consumer.release_stage(dk, dv, dq, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         // Pieces handed over before this one: consumer 0's first piece is its second tile's.
-        if (has_dq) consumer.hand_over_dq_in_turn(dq, ds_sum, read - int(consumer.lagging));
+        if (has_dq) consumer.hand_over_dq_in_turn(dq, read - int(consumer.lagging));
         // Consumer 0's piece is the previous tile's; the stamp says the loop's tile.
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_HANDED, q_tile);
     }
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (consumer.lagging && first_q_tile < q_tiles) {
-        float dq[32], ds_sum[Config::Q_SLABS][4];
-        consumer.hand_over_last_dq(dq, ds_sum, q_tiles - first_q_tile - 1);
+        float dq[Config::DQ_N / 2];
+        consumer.hand_over_last_dq(dq, q_tiles - first_q_tile - 1);
     }
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
     named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
@@ -1373,7 +1365,7 @@ __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, in
                                                   float* ds_rowsum, uint32_t* dq_semaphores) {
     using Shared = BackwardSharedLayout<Config>;
     const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
-    const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::ROW_BYTES);
+    const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES);
     uint32_t* semaphores = dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + consumer;
     const int steps = block.q_tiles - block.first_q_tile;
     for (int step = 0; step < steps; ++step) {
@@ -1394,7 +1386,7 @@ __device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, in
         const int64_t tile = int64_t(block.head) * block.q_tiles + q_tile;
         bulk_reduce_add_f32(dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64,
                             dq_staging, Config::DQ_BYTES);
-        bulk_reduce_add_f32(ds_rowsum + tile * Config::BLOCK_Q, rowsum_staging, Config::ROW_BYTES);
+        bulk_reduce_add_f32(ds_rowsum + tile * Config::BLOCK_Q, rowsum_staging, Config::RS_BYTES);
         bulk_commit();
         bulk_wait_read<0>();
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
@@ -1469,8 +1461,9 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         }
         fence_barrier_init();
     }
+    const __nv_bfloat162 ones = __float2bfloat162_rn(Config::ONES_VALUE);
     for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
-        reinterpret_cast<uint32_t*>(block.ones)[i] = 0x3F803F80u;  // two bf16 ones
+        reinterpret_cast<__nv_bfloat162*>(block.ones)[i] = ones;
     fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
     __syncthreads();
 
@@ -1480,15 +1473,16 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         // Lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer.
         const int consumer = int(threadIdx.x) / 32 - 1;
         if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
+            const int piece_rows = (consumer % Config::Q_SLABS) * 64;  // the piece's rows of each query tile
             if constexpr (Config::DETERMINISTIC) {
                 const int chain = order.chain_of(block.kv_block);
                 write_dq_in_order<Config>(
                     block, consumer, chain > 0 ? sums.chain_dq + (chain - 1) * sums.dq_floats : dq_accumulator,
-                    chain > 0 ? sums.chain_rowsum + (2 * (chain - 1) + consumer) * sums.rows
-                              : (consumer == 0 ? ds_rowsum : sums.second_rowsum),
+                    (chain > 0 ? sums.chain_rowsum + (2 * (chain - 1) + consumer) * sums.rows
+                               : (consumer == 0 ? ds_rowsum : sums.second_rowsum)) + piece_rows,
                     sums.dq_semaphores + chain * sums.semaphores_per_chain);
             } else {
-                write_dq_in_order<Config>(block, consumer, dq_accumulator, ds_rowsum, nullptr);
+                write_dq_in_order<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows, nullptr);
             }
         }
         return;

@@ -1123,7 +1123,7 @@ def backward_flow_11(plt, found):
     axis.text(9.4, 4.9, "turns at the tensor cores:\nbar.sync / bar.arrive", ha="center", va="center",
               fontsize=7, family="monospace")
     flow_box(axis, 7.9, 0.2, 3.0, 1.6, "dSᵀ (both halves) in shared memory,\n2 buffers: tiles j and j - 1\n"
-             "each a 64 × 64 piece of dQ = dS K (ss)\n+ rowsum(dS) = dS·1 (N = 8), of\n"
+             "each a 64 × 64 piece of dQ = dS K (ss)\nwith rowsum(dS) = dS·1 (N = 64 + 8), of\n"
              "tile j by c1, in its dK, dV turn,\nof tile j - 1 by c0 (one tile later)\n-> FP32 staging tiles",
              STATE_COLOUR, size=7.5)
     flow_arrow(axis, (9.4, 2.7), (9.4, 1.8))
