@@ -562,7 +562,8 @@ def hopper_constants(found):
         "CONSUMERS": integer(path, r"static constexpr int CONSUMERS = (\d+);\n    static constexpr int THREADS = 128 \* \(1 \+ CONSUMERS\);\n    static constexpr int BLOCK_KV = 64 \* CONSUMERS;"),
         "BLOCK_Q_D64": integer(path, r"static constexpr int BLOCK_Q = HEAD_DIM == 64 \? (\d+) : \d+;"),
         "BLOCK_Q_D128": integer(path, r"static constexpr int BLOCK_Q = HEAD_DIM == 64 \? \d+ : (\d+);"),
-        "STAGES": integer(path, r"struct BackwardTiling \{[^}]*?STAGES = (\d+);")}
+        "STAGES": integer(path, r"struct BackwardTiling \{[^}]*?STAGES = (\d+);"),
+        "DQ_N_ONES": integer(path, r"static constexpr int DQ_N = 64 \+ (\d+);")}
     found["11_hopper_backward"]["BLOCK_KV"] = 64 * found["11_hopper_backward"]["CONSUMERS"]
     path = "12_persistent/attention.cu"
     buffers = re.search(r"static_assert\(Tiling64::O_BUFFERS == (\d+) && Tiling128::O_BUFFERS == (\d+) "
@@ -1226,6 +1227,65 @@ def backward_turns_11(plt, found):
                      "one consumer computes Pᵀ, dSᵀ or hands dQ over under the other's GEMMs"))
 
 
+def rowsum_fold_11(plt, found):
+    """11: dQ's GEMM with the row sums of dS riding on it: B is the piece's slab of K, then
+    columns of a tile of ones that the descriptor's leading byte offset reaches."""
+    from matplotlib.patches import Rectangle
+    stage = found["11_hopper_backward"]
+    keys, ones = stage["BLOCK_KV"], stage["DQ_N_ONES"]
+    figure, axis = blank(plt, 11.5, 5.6, 23, 11.2)
+    axis.set_title(f"Stage 11: dQ's piece and rowsum(dS) in one wgmma, m64n{64 + ones}k16 "
+                   f"over the block's {keys} keys", loc="left", fontsize=11)
+    blue, green, red, grey = "#4c72b0", "#55a868", "#c44e52", "#8c8c8c"
+
+    def block(x, y, w, h, colour, text, size=8.5, text_colour="white"):
+        axis.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor="#333333", linewidth=0.7))
+        axis.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=size, color=text_colour)
+
+    # The GEMM: A (dS, the piece's 64 queries x all keys) times B (K's slab, then the ones).
+    unit = 0.045  # drawing units per row or column
+    top = 10.2
+    a_w, a_h = keys * unit, 64 * unit
+    block(0.4, top - a_h, a_w, a_h, red, f"A = dS\n64 queries × {keys} keys\n(dSᵀ in shared memory)")
+    axis.text(0.4 + a_w + 0.35, top - a_h / 2, "×", fontsize=18, ha="center", va="center")
+    bx = 0.4 + a_w + 0.8
+    k_w, o_w, b_h = 64 * unit, ones * unit * 2.2, keys * unit
+    block(bx, top - b_h, k_w, b_h, blue, f"B: the piece's\nslab of K,\n{keys} keys\n× 64 columns", size=8)
+    block(bx + k_w, top - b_h, o_w, b_h, green, f"{ones}\ncols\nof\nones", size=7.5)
+    axis.text(bx + k_w + o_w + 0.35, top - a_h / 2, "=", fontsize=18, ha="center", va="center")
+    cx = bx + k_w + o_w + 0.8
+    block(cx, top - a_h, k_w, a_h, blue, "dQ's piece,\n64 × 64\n(FP32)", size=8)
+    block(cx + k_w, top - a_h, o_w, a_h, green, "Σ", size=10)
+    axis.text(cx + k_w + o_w + 0.25, top - a_h / 2,
+              f"columns 64..{63 + ones}: each holds\nrowsum(dS) of the piece's\nqueries over all {keys} keys\n"
+              "(at D = 128 the two pieces\nshare their queries: the\ntile holds ½, each adds half)",
+              fontsize=8, va="center", ha="left")
+
+    # Shared memory: where the descriptor finds the two parts of B.
+    y, h = 2.2, 1.1
+    regions = [("K (slab 0 | slab 1)", 3.4, blue), ("V", 2.6, grey), ("Q, dO ring", 3.2, grey),
+               ("dSᵀ ×2", 2.4, red), ("dQ staging", 2.0, grey), ("ones", 2.2, green), ("…", 1.4, grey)]
+    x = 0.4
+    starts = {}
+    for name, width, colour in regions:
+        block(x, y, width, h, colour, name, size=8)
+        starts[name] = x
+        x += width
+    axis.text(0.4, y + h + 0.15, "the backward block's shared memory (BackwardSharedLayout), in order",
+              fontsize=8.5, ha="left", va="bottom")
+    k_start, ones_start = starts["K (slab 0 | slab 1)"], starts["ones"]
+    axis.annotate("", xy=(ones_start + 0.05, y - 0.25), xytext=(k_start + 0.05, y - 0.25),
+                  arrowprops=dict(arrowstyle="-|>", color="#222222", linewidth=1.0))
+    axis.text((k_start + ones_start) / 2, y - 0.4,
+              "B's descriptor: its start is the piece's slab of K, its leading byte offset (from one\n"
+              "64-column slab of B to the next) the distance from there to the tile of ones",
+              fontsize=8, ha="center", va="top")
+    axis.text(0.4, 0.2, f"{ones} more columns of B per k-step replace a separate m64n8k16 per 16 keys, "
+              "whose A (2 KB of dSᵀ) was read again for 8 columns of output.",
+              fontsize=8.5, ha="left")
+    save(plt, figure, "11_rowsum_fold.png")
+
+
 def persistent_block_12(plt, found):
     """12: one block of the persistent grid: who announces the work tiles, who reads them, and
     where Q, K, V come in and O goes out."""
@@ -1324,6 +1384,7 @@ def main():
     pingpong_10(plt, found)
     backward_flow_11(plt, found)
     backward_turns_11(plt, found)
+    rowsum_fold_11(plt, found)
     persistent_block_12(plt, found)
     with open(MANIFEST, "w") as handle:
         json.dump(found, handle, indent=2, sort_keys=True)
