@@ -585,7 +585,7 @@ struct BackwardSharedLayout {
     // Each consumer's 64 x 64 FP32 piece of dQ, the source of its bulk reduce-add.
     static constexpr size_t DQ_STAGING = DS_TILES + 2 * Config::DS_BYTES;
     // rowsum(dS) for the centred dQ: the dQ GEMM's B goes on past its slab of K into a tile of
-    // ones, [BLOCK_KV keys][64] like a slab of K (every value is 1: the swizzle cannot matter).
+    // ones, [BLOCK_KV keys][64] like a slab of K (every value the same: the swizzle cannot matter).
     static constexpr size_t ONES = DQ_STAGING + Config::CONSUMERS * Config::DQ_BYTES;
     // Each consumer's 64 row sums of dS (its piece's queries; at D = 128 half of each sum), the
     // source of their bulk reduce-add.
