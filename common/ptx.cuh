@@ -44,6 +44,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
 }
+// stmatrix (Hopper, sm_90) is the way back: register i of every lane, in the same fragment layout,
+// to matrix i, whose 8 rows go to the addresses that lanes 8i..8i+7 give.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void stmatrix_x4(uint32_t address, const uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3]) : "memory");
+}
+#endif
 
 // ---- cp.async --------------------------------------------------------------------------
 // 16 bytes global -> shared without passing through registers; .cg caches in L2 only.
