@@ -331,14 +331,22 @@ def mbarrier_waits(lines):
     return waits
 
 
-def wgmma_kind(sass):
-    """Which GEMM of the forward pass an HGMMA belongs to: P V reads V transposed."""
+def wgmma_kind(sass, backward=False):
+    """Which GEMM an HGMMA belongs to. Forward: P V reads V transposed. Backward (stage 11):
+    dQ = dS K reads dS^T transposed, dK and dV take dS^T and P^T from registers, and S^T, dP^T
+    (which the SASS does not tell apart) read both operands from shared memory as they lie."""
+    if backward:
+        if "tnspA" in sass:
+            return "dQ = dS K"
+        if re.match(r"HGMMA\.\S+\s+R\d+,\s*R\d+,", sass):
+            return "dK += dS^T Q, dV += P^T dO"
+        return "S^T = K Q^T or dP^T = V dO^T"
     if "tnspB" in sass:
         return "O += P V"
     return "S = Q K^T"
 
 
-def waited_groups(lines):
+def waited_groups(lines, backward=False):
     """{index of each WARPGROUP.DEPBAR.LE gsb0, N: (the commit groups it waits for, those still
     in flight before it)}, walking the code in order: a group ends with the HGMMA that carries
     gsb0, and the wait leaves the last N groups running (they are waited for further on)."""
@@ -348,7 +356,8 @@ def waited_groups(lines):
         if opcode(sass).startswith("HGMMA"):
             current.append(sass)
             if "gsb0" in sass:
-                in_flight.append(wgmma_kind(current[0]))
+                in_flight.append(" with ".join(dict.fromkeys(wgmma_kind(h, backward) for h in current))
+                                 if backward else wgmma_kind(current[0]))
                 current = []
         elif "WARPGROUP.DEPBAR" in sass:
             allowed = int(sass.rsplit(",", 1)[1], 16)
@@ -378,7 +387,7 @@ def named_barrier(sass):
     return f"a named barrier (bar.sync with {int(count, 16)} threads)"
 
 
-def label_lines(lines, producer, wait_names):
+def label_lines(lines, producer, wait_names, backward=False):
     """One label and one group per instruction: what the warps that were sampled there wait on."""
     waits = mbarrier_waits(lines)
     ordered = sorted(waits)
@@ -393,7 +402,7 @@ def label_lines(lines, producer, wait_names):
         for index, name in zip(indices, names):
             name_of[index] = name
     member_of = {member: head for head, (members, branch) in waits.items() for member in members}
-    groups = waited_groups(lines)
+    groups = waited_groups(lines, backward)
     for i, line in enumerate(lines):
         sass, reasons = line["sass"], line["reasons"]
         role = "producer" if i in producer else "consumers"
@@ -422,7 +431,7 @@ def label_lines(lines, producer, wait_names):
             line["label"] = named_barrier(sass) if opcode(sass).startswith("BAR.SYNC") else "barrier arrive"
             line["group"] = "__syncthreads and named barriers (BAR.SYNC)"
         elif opcode(sass).startswith("HGMMA"):
-            line["label"] = f"wgmma issue: {wgmma_kind(sass)}"
+            line["label"] = f"wgmma issue: {wgmma_kind(sass, backward)}"
             line["group"] = "wgmma issue (HGMMA)"
         elif opcode(sass) == "MUFU.EX2":
             line["label"] = "exponential (exp2)"
@@ -515,7 +524,8 @@ def stall_lines(prefix, commit, top):
               else "clocks as ncu's command line in the log says")
     name = kernel[:kernel.rfind(">(") + 1] if ">(" in kernel else kernel.split("(")[0]
     name = name.replace("void ", "").replace("<unnamed>::", "").replace("(int)", "")
-    print(f"# Warp-stall samples of stage {stage[:2]}'s forward kernel as committed ({commit}), "
+    direction = "backward" if "backward" in name else "forward"
+    print(f"# Warp-stall samples of stage {stage[:2]}'s {direction} kernel as committed ({commit}), "
           f"{name}, Nsight Compute source page, all samples: the stall reasons and the SASS lines "
           f"with the most samples; {raw.get('device__attribute_display_name', 'GPU not recorded')}, "
           f"{date}, {clocks}.")
@@ -578,7 +588,7 @@ def stall_lines(prefix, commit, top):
 
     producer = producer_code(lines)
     waits = mbarrier_waits(lines)
-    label_lines(lines, producer, WAIT_NAMES.get(stage, {}))
+    label_lines(lines, producer, WAIT_NAMES.get(stage, {}), "backward" in kernel)
     print("## stall reasons, % of samples (gmma: waiting on WARPGROUP.ARRIVES; the source page has "
           "no column for it, so it is each line's samples that no column holds, "
           f"{gmma_total:,} in all, as the report's {pcsamp}warpgroup_arrive)")
