@@ -7,7 +7,7 @@ nvidia-smi --query-gpu=name,uuid,driver_version,clocks.max.sm --format=csv > $OU
 for s in 11_main $VARIANTS; do make -C $s -j16 all > $OUT/build-$s.log 2>&1 & done; wait; log "builds done"
 for s in $VARIANTS; do grep -A2 flash_backward build/$s/build.log | grep spill > $OUT/spills-$s.txt; done
 for s in $VARIANTS; do make -C $s test > $OUT/test-$s.log 2>&1; log "test $s rc $?"; tail -3 $OUT/test-$s.log; done
-if [ "$SANITIZE" = 1 ]; then first=${VARIANTS%% *}; make -C $first sanitize > $OUT/sanitize-$first.log 2>&1; log "sanitize $first rc $?"; grep "^sanitize:" $OUT/sanitize-$first.log; fi
+if [ "$SANITIZE" = 1 ]; then first=${VARIANTS%% *}; make -C $first sanitize $SANITIZE_ARGS > $OUT/sanitize-$first.log 2>&1; log "sanitize $first rc $?"; grep "^sanitize:" $OUT/sanitize-$first.log; fi
 stages=11_main,$(echo $VARIANTS | tr ' ' ',')
 for r in 1 2; do
   python3 bench/driver.py --stages $stages --sweep bf16-headline,extra --dtypes bf16 --csv $OUT/ab$r.csv > $OUT/driver$r.log 2>&1; log "driver $r rc $?"
