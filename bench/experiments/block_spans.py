@@ -2,7 +2,9 @@
 stage 11's backward started and ended (the GPU's nanosecond timer, from the grid's first stamp).
 
 Per CSV: the grid's time from the first block's first stamp to the last block's last, the
-blocks' spans (median, fastest, slowest, and how many fall in each 10 us bin), how far the dQ
+blocks' spans (median, fastest, slowest, and how many fall in each 10 us bin), the gap from a
+block's end to the next one's start on its SM and the spans round by round (--sms blocks at a
+time, in the order they started), how far the dQ
 writer of consumer 0 runs past the block's consumers, and the blocks that took more than 1.5
 times the median span, with when they started.
 
@@ -17,7 +19,28 @@ import csv
 import statistics
 
 
-def summary(path):
+def rounds(start, end, span, sms):
+    """The blocks in the order they started, `sms` at a time (one block per SM: a round), and the
+    gap between an SM's block ending and the next block starting there: the k-th block to start
+    after the first round takes the SM the k-th block to end left (the hardware hands the next
+    block to the first SM free), so the gap is the k-th start after the first round less the
+    k-th end."""
+    order = sorted(start, key=lambda b: start[b])
+    starts, ends = [start[b] for b in order], sorted(end.values())
+    lines = []
+    if len(order) > sms:
+        gaps = sorted(starts[sms + k] - ends[k] for k in range(len(order) - sms))
+        lines.append(f"from a block's end to the next block's start on that SM (us): median "
+                     f"{statistics.median(gaps):.2f}, tenth percentile {gaps[len(gaps) // 10]:.2f}, "
+                     f"ninetieth {gaps[9 * len(gaps) // 10]:.2f} ({len(gaps)} blocks after the first {sms})")
+    for k in range(0, len(order), sms):
+        spans = [span[b] for b in order[k:k + sms]]
+        lines.append(f"  round {k // sms} (blocks {k}-{k + len(spans) - 1} in starting order): span "
+                     f"median {statistics.median(spans):.1f} us, slowest {max(spans):.1f}")
+    return lines
+
+
+def summary(path, sms=132):
     with open(path) as file:
         title = file.readline().lstrip("# ").strip()
         rows = list(csv.DictReader(line for line in file if not line.startswith("#")))
@@ -38,6 +61,7 @@ def summary(path):
         tails = [writer[b] - consumers[b] for b in writer]
         lines.append(f"consumer 0's dQ writer ends {statistics.median(tails):.2f} us after the block's "
                      f"consumers at the median, {max(tails):.2f} at most")
+    lines += rounds(start, end, span, sms)
     slow = sorted((b for b in span if span[b] > 1.5 * median), key=lambda b: start[b])
     if slow:
         lines.append(f"{len(slow)} blocks over 1.5 x the median span (block: start us, span us): " +
@@ -51,7 +75,10 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("csv", nargs="+")
-    print("\n\n".join(summary(path) for path in parser.parse_args().csv))
+    parser.add_argument("--sms", type=int, default=132,
+                        help="blocks that run at once (one per SM; 132 on the H100 SXM)")
+    args = parser.parse_args()
+    print("\n\n".join(summary(path, args.sms) for path in args.csv))
 
 
 if __name__ == "__main__":
