@@ -7,8 +7,9 @@
 // turns at issuing their wgmma, as stage 10's do, so that one's elementwise work runs under the
 // other's GEMMs. dQ is summed in FP32 in device memory by the copy engine
 // (cp.reduce.async.bulk), so no consumer ever waits for another block; a last kernel scales it
-// and rounds it to bf16. With AttentionShape::deterministic the blocks add in a fixed order
-// instead, each waiting for its turn (DeterministicSums). The forward that produces O and
+// and rounds it to bf16. With AttentionShape::deterministic the pieces are added as 32-bit
+// integers instead, each row scaled by a bound on its sums (dq_fixed_point.h): integer sums do
+// not depend on the order of their terms, so the bits do not either. The forward that produces O and
 // LSE is stage 10's, verbatim (bench/check_forward_copy.py checks that it stays so).
 #include <algorithm>
 #include <climits>
@@ -21,7 +22,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 
 #include "attention.h"
-#include "dq_order.h"
+#include "dq_fixed_point.h"
 #include "cuda_check.h"
 #include "hopper.cuh"
 #include "ptx.cuh"
@@ -538,8 +539,8 @@ struct BackwardTiling {
     static constexpr bool DETERMINISTIC = false;  // the adds into device memory in any order
 };
 
-// The same kernel for AttentionShape::deterministic: every sum in device memory is added in a
-// fixed order (DeterministicSums). A type of its own, and every difference under
+// The same kernel for AttentionShape::deterministic: dQ and the dS row sums added as integers,
+// the K column sums per block (DeterministicSums). A type of its own, and every difference under
 // `if constexpr (Config::DETERMINISTIC)`, so that the default kernel keeps its instructions
 // (lab notes 11: the same SASS as before the mode, the unused DeterministicSums parameter apart).
 template <int HEAD_DIM_>
@@ -547,27 +548,14 @@ struct DeterministicBackwardTiling : BackwardTiling<HEAD_DIM_> {
     static constexpr bool DETERMINISTIC = true;
 };
 
-// What the deterministic kernel orders its sums with, in the workspace (the default kernel gets
-// null pointers and reads none of them). dQ: each consumer's chain of adds into a query tile,
-// key block after key block, each block waiting until the semaphore says the blocks before it
-// have added. The dS row sums go with dQ, one array per consumer, so that each address has one
-// chain; the K column sums are stored per block and consumer, and backward_fold_sums_kernel adds
-// both up in order.
+// What the deterministic kernel reads besides the default's, in the workspace (the default
+// kernel gets null pointers and reads none of them): each query row's scales into fixed point
+// (dq_fixed_point.h), by which its pieces of dQ and of the dS row sums become integers, and a
+// row per block and consumer for the K column sums, which backward_fold_key_sums_kernel adds up in
+// block order (the default kernel adds them by atomics as it goes).
 struct DeterministicSums {
-    uint32_t* block_counter;  // hands the blocks their (head, key block) in the order they start
-    uint32_t* dq_semaphores;  // [head][query tile][consumer]: how many key blocks have added
-    float* second_rowsum;     // consumer 1's dS row sums (consumer 0's go to ds_rowsum)
-    float* key_partials;      // [head][key block][consumer][HEAD_DIM]: K column sums
-    // Chains 1 .. chains - 1 (DqOrder::chains): chain c's semaphores follow chain 0's, c whole
-    // arrays on (semaphores_per_chain each); its dQ accumulator is chain_dq + (c - 1) dq_floats;
-    // its consumers' dS row sums chain_rowsum + (2 (c - 1) + consumer) rows (rows: padded rows).
-    float* chain_dq;
-    float* chain_rowsum;
-    int64_t semaphores_per_chain;
-    int64_t dq_floats;
-    int64_t rows;
-    bool rotate;              // DqOrder::rotate: every block of a head fits on the GPU at once
-    int chains = 1;           // DqOrder::chains (1 in the default mode too, where nothing reads it)
+    const float2* row_scales;  // [padded rows]: dQ's scale, then the dS row sums'
+    float* key_partials;       // [head][key block][consumer][HEAD_DIM]: K column sums
 };
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
@@ -639,21 +627,28 @@ struct DqWriter {
 // The same kernel clears what the main kernel adds into (`zeroed`, zeroed_float4s of them), so
 // that no memset runs between the two, and lets the main kernel start early
 // (allow_dependent_launch: its blocks wait for this grid with wait_for_prior_grid).
+// FIXED_POINT (the deterministic mode): also each row's scales (dq_fixed_point.h) from |O_i|,
+// |dO_i| and its head's bounds on K and V, which backward_kv_bounds_kernel has just found.
 constexpr int PREPROCESS_THREADS = 256;
 
-template <int HEAD_DIM>
+template <int HEAD_DIM, bool FIXED_POINT>
 __global__ void __launch_bounds__(PREPROCESS_THREADS)
 backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
                            const float* __restrict__ lse, float* __restrict__ delta,
                            float* __restrict__ lse_log2, int len_q, int padded_len_q,
-                           int64_t padded_rows, float4* __restrict__ zeroed, int64_t zeroed_float4s) {
+                           int64_t padded_rows, float4* __restrict__ zeroed, int64_t zeroed_float4s,
+                           const float2* __restrict__ kv_bounds, float2* __restrict__ row_scales) {
     allow_dependent_launch();
     constexpr int ROW_THREADS = HEAD_DIM / 8;
     constexpr int ROWS_PER_WARP = 32 / ROW_THREADS;
     const int lane = int(threadIdx.x) % 32;
     const int part = lane % ROW_THREADS;  // elements 8 part .. 8 part + 7 of the row
     const int64_t warps = int64_t(gridDim.x) * (PREPROCESS_THREADS / 32);
-    // The loop runs alike for the whole warp (the shuffles below need every lane).
+    int64_t bounds_head = -1;  // FIXED_POINT: the head whose largest |K| and |V_j| these are
+    float key_max = 0.0f, value_norm_max = 0.0f;
+    if constexpr (FIXED_POINT) wait_for_prior_grid();  // kv_bounds
+    // The loop runs alike for the whole warp (the shuffles below need every lane). A warp's
+    // ROWS_PER_WARP rows are of one head: padded_len_q is a multiple of 64.
     for (int64_t first = (int64_t(blockIdx.x) * (PREPROCESS_THREADS / 32) + threadIdx.x / 32) * ROWS_PER_WARP;
          first < padded_rows; first += warps * ROWS_PER_WARP) {
         const int64_t padded = first + lane / ROW_THREADS;
@@ -661,7 +656,7 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
         const int query = int(padded % padded_len_q);
         const bool real = padded < padded_rows && query < len_q;
         const int64_t row = head * len_q + query;
-        float sum = 0.0f;
+        float sum = 0.0f, o_norm2 = 0.0f, do_norm2 = 0.0f;
         if (real) {
             const uint4 o = *reinterpret_cast<const uint4*>(O + row * HEAD_DIM + part * 8);
             const uint4 g = *reinterpret_cast<const uint4*>(dO + row * HEAD_DIM + part * 8);
@@ -671,10 +666,39 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
                 const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&o_pairs[i]));
                 const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&g_pairs[i]));
                 sum += a.x * b.x + a.y * b.y;
+                if constexpr (FIXED_POINT) {
+                    o_norm2 += a.x * a.x + a.y * a.y;
+                    do_norm2 += b.x * b.x + b.y * b.y;
+                }
             }
         }
 #pragma unroll
-        for (int offset = ROW_THREADS / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+        for (int offset = ROW_THREADS / 2; offset > 0; offset /= 2) {
+            sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+            if constexpr (FIXED_POINT) {
+                o_norm2 += __shfl_xor_sync(FULL_MASK, o_norm2, offset);
+                do_norm2 += __shfl_xor_sync(FULL_MASK, do_norm2, offset);
+            }
+        }
+        if constexpr (FIXED_POINT) {
+            const int64_t warp_head = first / padded_len_q;
+            if (warp_head != bounds_head) {  // the same for the whole warp
+                static_assert(KV_BOUND_CHUNKS == 32, "a lane per chunk");
+                const float2 chunk = kv_bounds[warp_head * KV_BOUND_CHUNKS + lane];
+                key_max = chunk.x, value_norm_max = chunk.y;
+#pragma unroll
+                for (int offset = 16; offset > 0; offset /= 2) {
+                    key_max = fmaxf(key_max, __shfl_xor_sync(FULL_MASK, key_max, offset));
+                    value_norm_max = fmaxf(value_norm_max, __shfl_xor_sync(FULL_MASK, value_norm_max, offset));
+                }
+                bounds_head = warp_head;
+            }
+            if (part == 0 && padded < padded_rows) {
+                const float rowsum_bound = sqrtf(do_norm2) * (value_norm_max + sqrtf(o_norm2));
+                row_scales[padded] = make_float2(fixed_point_scale(rowsum_bound * key_max),
+                                                 fixed_point_scale(rowsum_bound));
+            }
+        }
         if (part == 0 && padded < padded_rows) {
             delta[padded] = sum;
             lse_log2[padded] = real ? lse[row] * LOG2E : 0.0f;
@@ -685,6 +709,58 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
         zeroed[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
+// Deterministic mode, first of the call's kernels: for each head and each of KV_BOUND_CHUNKS
+// runs of its keys (one block each), the largest |K| element and the largest row norm |V_j|,
+// the Kmax and Vmax of dq_fixed_point.h's bound; the preprocessing takes a head's largest.
+template <int HEAD_DIM>
+__global__ void __launch_bounds__(PREPROCESS_THREADS)
+backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V, int len_kv,
+                          float2* __restrict__ kv_bounds) {
+    allow_dependent_launch();
+    constexpr int ROW_THREADS = HEAD_DIM / 8, ROWS = PREPROCESS_THREADS / ROW_THREADS;
+    const int64_t head = blockIdx.x / KV_BOUND_CHUNKS;
+    const int chunk_keys = ceil_div(len_kv, KV_BOUND_CHUNKS);
+    const int first = int(blockIdx.x % KV_BOUND_CHUNKS) * chunk_keys;
+    const int end = min(len_kv, first + chunk_keys);
+    const int part = int(threadIdx.x) % ROW_THREADS;  // elements 8 part .. 8 part + 7 of the row
+    float key_max = 0.0f, value_norm2_max = 0.0f;
+    // Alike for the whole warp (the shuffles need every lane); keys past `end` count as zeros.
+    for (int base = first; base < end; base += ROWS) {
+        const int key = base + int(threadIdx.x) / ROW_THREADS;
+        float value_norm2 = 0.0f;
+        if (key < end) {
+            const int64_t offset = (head * len_kv + key) * HEAD_DIM + part * 8;
+            const uint4 k = *reinterpret_cast<const uint4*>(K + offset);
+            const uint4 v = *reinterpret_cast<const uint4*>(V + offset);
+            const uint32_t k_pairs[4] = {k.x, k.y, k.z, k.w}, v_pairs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&k_pairs[i]));
+                const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v_pairs[i]));
+                key_max = fmaxf(key_max, fmaxf(fabsf(a.x), fabsf(a.y)));
+                value_norm2 += b.x * b.x + b.y * b.y;
+            }
+        }
+#pragma unroll
+        for (int offset = ROW_THREADS / 2; offset > 0; offset /= 2)
+            value_norm2 += __shfl_xor_sync(FULL_MASK, value_norm2, offset);
+        value_norm2_max = fmaxf(value_norm2_max, value_norm2);
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+        key_max = fmaxf(key_max, __shfl_xor_sync(FULL_MASK, key_max, offset));
+        value_norm2_max = fmaxf(value_norm2_max, __shfl_xor_sync(FULL_MASK, value_norm2_max, offset));
+    }
+    __shared__ float2 warp_max[PREPROCESS_THREADS / 32];
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = make_float2(key_max, value_norm2_max);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < PREPROCESS_THREADS / 32; ++w)
+            key_max = fmaxf(key_max, warp_max[w].x), value_norm2_max = fmaxf(value_norm2_max, warp_max[w].y);
+        kv_bounds[blockIdx.x] = make_float2(key_max, sqrtf(value_norm2_max));
+    }
+}
+
 // The dQ accumulator holds, per (head, 64 query rows), the 64 x HEAD_DIM block as 64-column
 // parts in the order the consumers' wgmma accumulators come out: in part g, float4 number
 // (warp * 8 + i) * 32 + lane holds registers 4i .. 4i + 3 of that lane, i.e. rows
@@ -693,15 +769,15 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
 // bulk reduce-add. This kernel puts the rows back in order, scales and rounds them, and
 // subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
 // inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
-// row_tiles of them per head. CHAINS (the deterministic mode): dQ is chain 0's accumulator plus
-// each of the extra_chains others' (chain_dq, float4s float4s apart), in that order.
-template <int HEAD_DIM, bool CHAINS>
+// row_tiles of them per head. FIXED_POINT (the deterministic mode): the accumulator and the row
+// sums hold integers, each row's scaled by its row_scales (dq_fixed_point.h), undone here exactly.
+template <int HEAD_DIM, bool FIXED_POINT>
 __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumulator,
                                            const float* __restrict__ ds_rowsum,
                                            const float* __restrict__ key_sum,
                                            bf16* __restrict__ dQ, int64_t float4s, int len_q,
                                            int row_tiles, float inverse_len_kv, float scale,
-                                           const float* __restrict__ chain_dq, int extra_chains) {
+                                           const float2* __restrict__ row_scales) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
     wait_for_prior_grid();  // launched while the main kernel's last blocks still run
     for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
@@ -715,48 +791,46 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
         const int64_t head = tile / row_tiles;
         const int row = int(tile % row_tiles) * 64 + warp * 16 + lane / 4;
         const int column = part * 64 + i * 8 + 2 * (lane % 4);
-        float4 value = reinterpret_cast<const float4*>(dq_accumulator)[f];
-        if constexpr (CHAINS)
-            for (int chain = 0; chain < extra_chains; ++chain) {
-                const float4 add = reinterpret_cast<const float4*>(chain_dq)[chain * float4s + f];
-                value.x += add.x, value.y += add.y, value.z += add.z, value.w += add.w;
-            }
+        const float* rowsum = ds_rowsum + head * row_tiles * 64;
+        float4 value;
+        float rowsum0, rowsum8;  // rows `row` and row + 8
+        if constexpr (FIXED_POINT) {
+            const int4 sums = reinterpret_cast<const int4*>(dq_accumulator)[f];
+            const float2 scale0 = row_scales[head * row_tiles * 64 + row];
+            const float2 scale8 = row_scales[head * row_tiles * 64 + row + 8];
+            const float unscale0 = 1.0f / scale0.x, unscale8 = 1.0f / scale8.x;  // powers of two: exact
+            value = make_float4(float(sums.x) * unscale0, float(sums.y) * unscale0, float(sums.z) * unscale8,
+                                float(sums.w) * unscale8);
+            const int* rowsum_sums = reinterpret_cast<const int*>(rowsum);
+            rowsum0 = float(rowsum_sums[row]) * (1.0f / scale0.y);
+            rowsum8 = float(rowsum_sums[row + 8]) * (1.0f / scale8.y);
+        } else {
+            value = reinterpret_cast<const float4*>(dq_accumulator)[f];
+            rowsum0 = rowsum[row];
+            rowsum8 = rowsum[row + 8];
+        }
         const float mean0 = key_sum[head * HEAD_DIM + column] * inverse_len_kv;
         const float mean1 = key_sum[head * HEAD_DIM + column + 1] * inverse_len_kv;
-        const float* rowsum = ds_rowsum + head * row_tiles * 64;
         if (row < len_q)
             *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row) * HEAD_DIM + column) =
-                __floats2bfloat162_rn((value.x - rowsum[row] * mean0) * scale,
-                                      (value.y - rowsum[row] * mean1) * scale);
+                __floats2bfloat162_rn((value.x - rowsum0 * mean0) * scale, (value.y - rowsum0 * mean1) * scale);
         if (row + 8 < len_q)
             *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row + 8) * HEAD_DIM + column) =
-                __floats2bfloat162_rn((value.z - rowsum[row + 8] * mean0) * scale,
-                                      (value.w - rowsum[row + 8] * mean1) * scale);
+                __floats2bfloat162_rn((value.z - rowsum8 * mean0) * scale, (value.w - rowsum8 * mean1) * scale);
     }
 }
 
-// Deterministic mode, between the backward kernel and the conversion: consumer 1's dS row sums
-// added to consumer 0's (then, with more chains, chain 1's two, chain 2's, ...), and each head's
-// K column sums from its blocks' partial sums, key block after key block (the default kernel
-// adds all of these in device memory as it goes, in any order). The chains' dQ accumulators are
-// added in the conversion, which reads them anyway.
+// Deterministic mode, between the backward kernel and the conversion: each head's K column sums
+// from its blocks' partial sums, key block after key block (the default kernel adds them in
+// device memory as it goes, in any order).
 constexpr int FOLD_THREADS = 256;
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(FOLD_THREADS)
-backward_fold_sums_kernel(float* __restrict__ ds_rowsum, const float* __restrict__ second_rowsum,
-                          int64_t padded_rows, float* __restrict__ key_sum,
-                          const float* __restrict__ key_partials, int64_t batch_heads,
-                          int partials_per_head, const DeterministicSums sums) {
+backward_fold_key_sums_kernel(float* __restrict__ key_sum, const float* __restrict__ key_partials,
+                              int64_t batch_heads, int partials_per_head) {
     const int64_t stride = int64_t(gridDim.x) * FOLD_THREADS;
-    const int64_t first = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x;
-    for (int64_t row = first; row < padded_rows; row += stride) {
-        float sum = ds_rowsum[row] + second_rowsum[row];  // chain 0's, then chain 1's, ...
-        for (int row_sums = 0; row_sums < 2 * (sums.chains - 1); ++row_sums)
-            sum += sums.chain_rowsum[row_sums * sums.rows + row];
-        ds_rowsum[row] = sum;
-    }
-    for (int64_t i = first; i < batch_heads * HEAD_DIM; i += stride) {
+    for (int64_t i = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x; i < batch_heads * HEAD_DIM; i += stride) {
         const int64_t head = i / HEAD_DIM;
         const float* partial = key_partials + head * partials_per_head * HEAD_DIM + i % HEAD_DIM;
         float sum = 0.0f;
@@ -772,7 +846,7 @@ backward_fold_sums_kernel(float* __restrict__ ds_rowsum, const float* __restrict
 // crosses a call.
 
 // One block of the backward: BLOCK_KV keys of one (batch, head), its linear index head *
-// kv_tiles + key tile (blockIdx.x; in deterministic mode the order the block started in). What
+// kv_tiles + key tile (blockIdx.x). What
 // its producer and its consumers both read: where the tiles lie in shared
 // memory, the ring's mbarriers, the block's keys and query tiles, and who this thread is.
 struct BackwardBlock {
@@ -791,11 +865,6 @@ struct BackwardBlock {
     int kv_start;         // the block's first key
     int q_tiles;
     int first_q_tile;     // causal: the first query tile that sees any of the block's keys
-    // Deterministic mode only: the order of the walk and of the chains (dq_order.h), and the
-    // block's key block. The walk's step `read` is query tile first_q_tile + read, or in this
-    // mode order.tile_at(kv_block, read).
-    DqOrder order;
-    int kv_block;
     int warpgroup;        // -1: the producer; 0, 1: consumers
     int warp;             // inside the warpgroup
     int lane;
@@ -809,7 +878,7 @@ template <class Config>
 __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base, uint64_t* kv_full,
                                                              uint64_t* q_full, uint64_t* q_empty,
                                                              int kv_tiles, int q_tiles, bool causal,
-                                                             int linear_block, DqOrder order) {
+                                                             int linear_block) {
     using Shared = BackwardSharedLayout<Config>;  // offsets into the dynamic shared memory
     BackwardBlock block;
     block.base = base;
@@ -835,10 +904,6 @@ __device__ __forceinline__ BackwardBlock make_backward_block(unsigned char* base
     block.fragment_column = 2 * (block.lane % 4);
     // Causal: query tiles whose last row comes before the block's first key see none of them.
     block.first_q_tile = causal ? min(block.kv_start / Config::BLOCK_Q, q_tiles) : 0;
-    if constexpr (Config::DETERMINISTIC) {
-        block.order = order;
-        block.kv_block = linear_block % kv_tiles;
-    }
     return block;
 }
 
@@ -862,9 +927,7 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
         tma_load_3d(block.v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, block.kv_start, head, block.kv_full);
     }
     // excerpt: producer
-    for (int in_order = block.first_q_tile, load = 0; in_order < q_tiles; ++in_order, ++load) {
-        int q_tile = in_order;
-        if constexpr (Config::DETERMINISTIC) q_tile = block.order.tile_at(block.kv_block, load);
+    for (int q_tile = block.first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
         const int stage = load % STAGES;
         mbarrier_wait(&q_empty[stage], (load / STAGES + 1) % 2);
         mbarrier_arrive_expect_tx(&q_full[stage], 2 * Config::Q_BYTES + 2 * Config::ROW_BYTES);
@@ -955,8 +1018,9 @@ struct ConsumerWarpgroup : BackwardBlock {
     // end excerpt
 
     // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's row of
-    // K column sums.
+    // K column sums, and every query row's scales into fixed point (dq_fixed_point.h).
     float* key_partial;
+    const float2* row_scales;
 
     // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
     // error enters every dS_ij as -P_ij times delta_i's error, which dQ = dS K multiplies by the
@@ -971,7 +1035,7 @@ struct ConsumerWarpgroup : BackwardBlock {
                 sum += __bfloat162float(k_tile[(column / 64) * BLOCK_KV * 64 + row * 64 +
                                                (((column % 64) / 8) ^ (row % 8)) * 8 + column % 8]);
             if constexpr (Config::DETERMINISTIC)
-                key_partial[column] = sum;  // summed in block order by backward_fold_sums_kernel
+                key_partial[column] = sum;  // summed in block order by backward_fold_key_sums_kernel
             else
                 atomicAdd(key_sum + head * HEAD_DIM + column, sum);
         }
@@ -1163,28 +1227,53 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
-    // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles.
-    __device__ __forceinline__ void stage_dq(const float (&dq)[Config::DQ_N / 2]) const {
+    // Deterministic mode: the scales of this thread's two rows of its piece of query tile
+    // `q_tile` (rows fragment_row and fragment_row + 8 of its warp's 16), read early enough that
+    // the load is done when stage_dq needs them.
+    __device__ __forceinline__ void load_row_scales(float2 (&scales)[2], int q_tile) const {
+        const float2* rows = row_scales + (int64_t(head) * q_tiles + q_tile) * BLOCK_Q +
+                             (warpgroup % Config::Q_SLABS) * 64 + warp * 16 + fragment_row;
+        scales[0] = rows[0];
+        scales[1] = rows[8];
+    }
+
+    // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles; in
+    // deterministic mode as integers, each row times its scale (`scales`, from load_row_scales)
+    // and rounded to the nearest.
+    __device__ __forceinline__ void stage_dq(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2]) const {
+        if constexpr (Config::DETERMINISTIC) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
-                make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
-        if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
-            rowsum_staging[warp * 16 + fragment_row] = dq[32];
-            rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
+            for (int i = 0; i < 8; ++i)
+                reinterpret_cast<int4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
+                    make_int4(__float2int_rn(dq[4 * i] * scales[0].x), __float2int_rn(dq[4 * i + 1] * scales[0].x),
+                              __float2int_rn(dq[4 * i + 2] * scales[1].x), __float2int_rn(dq[4 * i + 3] * scales[1].x));
+            if (lane % 4 == 0) {
+                int* rowsums = reinterpret_cast<int*>(rowsum_staging);
+                rowsums[warp * 16 + fragment_row] = __float2int_rn(dq[32] * scales[0].y);
+                rowsums[warp * 16 + fragment_row + 8] = __float2int_rn(dq[34] * scales[1].y);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
+                    make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+            if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
+                rowsum_staging[warp * 16 + fragment_row] = dq[32];
+                rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
+            }
         }
     }
 
 
     // excerpt: dq-reduce
-    // The piece of dQ and its dS row sums to the consumer's dQ writer (write_dq_in_order), which
-    // has the copy engine add them to the accumulators in device memory (in deterministic mode
-    // once the block's turn in the tile's chain has come): every thread waits until the writer
-    // has read the consumer's previous piece (`handed` pieces so far), stores its part, and
-    // arrives; the writer waits for all 128. The consumer goes on at once.
-    __device__ __forceinline__ void hand_over_dq_in_turn(const float (&dq)[Config::DQ_N / 2], int handed) const {
+    // The piece of dQ and its dS row sums to the consumer's dQ writer (write_dq), which has the
+    // copy engine add them to the accumulators in device memory: every thread waits until the
+    // writer has read the consumer's previous piece (`handed` pieces so far), stores its part,
+    // and arrives; the writer waits for all 128. The consumer goes on at once.
+    __device__ __forceinline__ void hand_over_dq(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2],
+                                                 int handed) const {
         if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
-        stage_dq(dq);
+        stage_dq(dq, scales);
         fence_proxy_async_shared();  // the copy engine reads what these stores wrote
         mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
     }
@@ -1193,6 +1282,8 @@ struct ConsumerWarpgroup : BackwardBlock {
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq.
     __device__ __forceinline__ void hand_over_last_dq(float (&dq)[Config::DQ_N / 2], int handed) const {
+        float2 scales[2];
+        if constexpr (Config::DETERMINISTIC) load_row_scales(scales, q_tiles - 1);
         wait_turn();
         fence_registers(dq);
         wgmma_fence();
@@ -1200,7 +1291,7 @@ struct ConsumerWarpgroup : BackwardBlock {
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(dq);
-        hand_over_dq_in_turn(dq, handed);
+        hand_over_dq(dq, scales, handed);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1274,7 +1365,7 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     consumer.lagging = warpgroup == 0;
     if constexpr (Config::DETERMINISTIC) {
         const int kv_block = block.kv_start / BLOCK_KV;
-        if (warpgroup == 1) consumer.ds_rowsum = sums.second_rowsum;
+        consumer.row_scales = sums.row_scales;
         consumer.key_partial =
             sums.key_partials + ((int64_t(block.head) * kv_tiles + kv_block) * Config::CONSUMERS + warpgroup) * Config::HEAD_DIM;
     }
@@ -1303,10 +1394,13 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
-    for (int in_order = first_q_tile, read = 0; in_order < q_tiles; ++in_order, ++read) {
-        int q_tile = in_order;
-        if constexpr (Config::DETERMINISTIC) q_tile = block.order.tile_at(block.kv_block, read);
+    for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
         const int stage = read % STAGES;
+        // Deterministic: the scales of the piece this tile hands over (consumer 0's is the
+        // previous tile's, and it has none on its first).
+        float2 scales[2];
+        if constexpr (Config::DETERMINISTIC)
+            if (!consumer.lagging || read > 0) consumer.load_row_scales(scales, q_tile - int(consumer.lagging));
         const int q_start = q_tile * BLOCK_Q;
         mbarrier_wait(&block.q_full[stage], (read / STAGES) % 2);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_TILE_READY, q_tile);
@@ -1351,7 +1445,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.release_stage(dk, dv, dq, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         // Pieces handed over before this one: consumer 0's first piece is its second tile's.
-        if (has_dq) consumer.hand_over_dq_in_turn(dq, read - int(consumer.lagging));
+        if (has_dq) consumer.hand_over_dq(dq, scales, read - int(consumer.lagging));
         // Consumer 0's piece is the previous tile's; the stamp says the loop's tile.
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_HANDED, q_tile);
     }
@@ -1369,66 +1463,37 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 // Consumer `consumer`'s dQ writer, one thread of the producer warpgroup (DqWriter). For each
 // tile of the block's walk, in the order the consumer hands its pieces over (consumer 0 each a
 // step late, in the same order), it waits until the consumer has staged the piece, lets the copy
-// engine add it, and frees the staging tiles once the copy has read them. In deterministic mode
-// it first waits until the tile's semaphore reads the block's turn (the blocks before it in the
-// chain have added), and once the add is complete, passes the turn on. The lab notes say why
-// each fence is there and why no block can wait forever.
+// engine add it (in deterministic mode as integers), and frees the staging tiles once the copy
+// has read them.
 // excerpt: dq-writer
 template <class Config>
-__device__ __forceinline__ void write_dq_in_order(const BackwardBlock& block, int consumer, float* dq_accumulator,
-                                                  float* ds_rowsum, uint32_t* dq_semaphores) {
+__device__ __forceinline__ void write_dq(const BackwardBlock& block, int consumer, float* dq_accumulator,
+                                         float* ds_rowsum) {
     using Shared = BackwardSharedLayout<Config>;
     const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
     const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES);
-    uint32_t* semaphores = dq_semaphores + int64_t(block.head) * block.q_tiles * Config::CONSUMERS + consumer;
     const int steps = block.q_tiles - block.first_q_tile;
     for (int step = 0; step < steps; ++step) {
-        int q_tile = block.first_q_tile + step;
-        uint32_t* semaphore = nullptr;
-        uint32_t turn = 0;
-        if constexpr (Config::DETERMINISTIC) {
-            q_tile = block.order.tile_at(block.kv_block, step);
-            semaphore = semaphores + int64_t(q_tile) * Config::CONSUMERS;
-            turn = block.order.turn(block.kv_block, q_tile);
-            while (load_acquire_gpu(semaphore) != turn) {
-            }
-        }
+        const int q_tile = block.first_q_tile + step;
         mbarrier_wait(DqWriter<Config>::staged(block.base, consumer), uint32_t(step % 2));
-        // The acquire is through the generic proxy; the reduce-add reads and writes through the
-        // async proxy: order them.
-        if constexpr (Config::DETERMINISTIC) fence_proxy_async_global();
         const int64_t tile = int64_t(block.head) * block.q_tiles + q_tile;
-        bulk_reduce_add_f32(dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64,
-                            dq_staging, Config::DQ_BYTES);
-        bulk_reduce_add_f32(ds_rowsum + tile * Config::BLOCK_Q, rowsum_staging, Config::RS_BYTES);
+        float* dq_tile = dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64;
+        float* rowsum_tile = ds_rowsum + tile * Config::BLOCK_Q;
+        if constexpr (Config::DETERMINISTIC) {
+            bulk_reduce_add_s32(reinterpret_cast<int32_t*>(dq_tile), dq_staging, Config::DQ_BYTES);
+            bulk_reduce_add_s32(reinterpret_cast<int32_t*>(rowsum_tile), rowsum_staging, Config::RS_BYTES);
+        } else {
+            bulk_reduce_add_f32(dq_tile, dq_staging, Config::DQ_BYTES);
+            bulk_reduce_add_f32(rowsum_tile, rowsum_staging, Config::RS_BYTES);
+        }
         bulk_commit();
         bulk_wait_read<0>();
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
-        if constexpr (Config::DETERMINISTIC) {
-            // Complete, not only read (.read would let the next block's add overtake this one's
-            // writes). Completion implies a generic-async proxy fence (PTX ISA, "Async proxy");
-            // the explicit one says so where the code relies on it.
-            bulk_wait<0>();
-            fence_proxy_async_global();
-            store_release_gpu(semaphore, turn + 1);
-        }
     }
 }
 // end excerpt
 
-// Deterministic mode: the block's (head, key block) comes from the number of blocks that
-// started before it, not from blockIdx.x: the claimed indices are always 0 .. n - 1 for the n
-// blocks that have started, whatever order the hardware starts blocks in, so the blocks a block
-// waits for are running or done (dq_order.h, lab notes 11).
-__device__ __forceinline__ int claim_block_index(uint32_t* block_counter) {
-    __shared__ int index;
-    if (threadIdx.x == 0) index = int(atomicAdd(block_counter, 1u));
-    __syncthreads();
-    return index;
-}
-
-// One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile (in
-// deterministic mode, the order in which the blocks start).
+// One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
 template <class Config>
 __global__ void __launch_bounds__(Config::THREADS, 1)
 flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -1450,18 +1515,11 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
     // Started while the preprocessing still runs: wait for its delta, LSE and zeroed sums (and,
-    // deterministic, the zeroed block counter), and let the conversion of dQ be launched.
+    // deterministic, the rows' scales), and let the conversion of dQ be launched.
     wait_for_prior_grid();
     allow_dependent_launch();
-    int linear_block = int(blockIdx.x);
-    const DqOrder order{kv_tiles, q_tiles, Config::BLOCK_KV / Config::BLOCK_Q, causal, sums.rotate, sums.chains};
-    if constexpr (Config::DETERMINISTIC) {
-        // The claimed index, head by head; within a head, the key block the order gives it.
-        const int index = claim_block_index(sums.block_counter);
-        linear_block = index - index % kv_tiles + order.key_block_of_claim(index % kv_tiles);
-    }
     const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
-                                                            causal, linear_block, order);
+                                                            causal, int(blockIdx.x));
 
     if (threadIdx.x == 0) {
         mbarrier_init(&kv_full, 1);
@@ -1488,16 +1546,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         const int consumer = int(threadIdx.x) / 32 - 1;
         if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
             const int piece_rows = (consumer % Config::Q_SLABS) * 64;  // the piece's rows of each query tile
-            if constexpr (Config::DETERMINISTIC) {
-                const int chain = order.chain_of(block.kv_block);
-                write_dq_in_order<Config>(
-                    block, consumer, chain > 0 ? sums.chain_dq + (chain - 1) * sums.dq_floats : dq_accumulator,
-                    (chain > 0 ? sums.chain_rowsum + (2 * (chain - 1) + consumer) * sums.rows
-                               : (consumer == 0 ? ds_rowsum : sums.second_rowsum)) + piece_rows,
-                    sums.dq_semaphores + chain * sums.semaphores_per_chain);
-            } else {
-                write_dq_in_order<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows, nullptr);
-            }
+            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows);
         }
         return;
     }
@@ -1526,15 +1575,13 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
 
 // The workspace, in FP32: per query row (padded to whole tiles) delta and LSE log2 e, then
 // what is summed by atomics and so starts at zero (the preprocessing zeroes it): the dS row sums, the K column sums per head,
-// and the dQ accumulator (64-row blocks of every query tile). Deterministic mode adds the
-// K column sums per block and consumer (written whole, before the zeroed part), consumer 1's
-// dS row sums, and the semaphores with the block counter (zeroed): DeterministicSums.
+// and the dQ accumulator (64-row blocks of every query tile). Deterministic mode adds, before
+// the zeroed part, the K column sums per block and consumer, the bounds on K and V per head and
+// chunk of keys, and each query row's two scales (DeterministicSums); its dS row sums and dQ
+// accumulator hold integers in the same places.
 struct BackwardWorkspace {
-    size_t delta_offset = 0, lse_offset = 0, key_partials_offset = 0, rowsum_offset = 0,
-           key_sum_offset = 0, dq_offset = 0, second_rowsum_offset = 0, chain_dq_offset = 0,
-           chain_rowsum_offset = 0, semaphore_offset = 0, total = 0;
-    int chains = 1;         // deterministic: DqOrder::chains
-    size_t semaphores = 0;  // deterministic: one per (chain, head, query tile, consumer), then the counter
+    size_t delta_offset = 0, lse_offset = 0, key_partials_offset = 0, kv_bounds_offset = 0,
+           row_scales_offset = 0, rowsum_offset = 0, key_sum_offset = 0, dq_offset = 0, total = 0;
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
         const size_t block_q = shape.head_dim == 64 ? BackwardTiling<64>::BLOCK_Q : BackwardTiling<128>::BLOCK_Q;
@@ -1547,19 +1594,13 @@ struct BackwardWorkspace {
         auto bytes = [](size_t floats) { return (floats * sizeof(float) + 255) / 256 * 256; };
         lse_offset = delta_offset + bytes(padded_rows);
         key_partials_offset = lse_offset + bytes(padded_rows);
-        rowsum_offset = key_partials_offset +
-                        (deterministic ? bytes(heads * kv_tiles * consumers * size_t(shape.head_dim)) : 0);
+        kv_bounds_offset = key_partials_offset +
+                           (deterministic ? bytes(heads * kv_tiles * consumers * size_t(shape.head_dim)) : 0);
+        row_scales_offset = kv_bounds_offset + (deterministic ? bytes(2 * heads * KV_BOUND_CHUNKS) : 0);
+        rowsum_offset = row_scales_offset + (deterministic ? bytes(2 * padded_rows) : 0);
         key_sum_offset = rowsum_offset + bytes(padded_rows);
         dq_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
-        second_rowsum_offset = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
-        if (deterministic)
-            chains = dq_chain_count(int(kv_tiles), int(q_tiles), shape.causal, int(block_kv / block_q));
-        chain_dq_offset = second_rowsum_offset + (deterministic ? bytes(padded_rows) : 0);
-        chain_rowsum_offset = chain_dq_offset + size_t(chains - 1) * bytes(padded_rows * size_t(shape.head_dim));
-        semaphore_offset = chain_rowsum_offset + size_t(chains - 1) * 2 * bytes(padded_rows);
-        semaphores = deterministic ? size_t(chains) * heads * q_tiles * consumers + 1 : 0;
-        static_assert(sizeof(uint32_t) == sizeof(float), "the semaphores counted in floats' bytes");
-        total = semaphore_offset + (deterministic ? bytes(semaphores) : 0);
+        total = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
     }
 };
 
@@ -1610,31 +1651,30 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     float* dq_accumulator = reinterpret_cast<float*>(scratch + layout.dq_offset);
     const int64_t padded_rows = int64_t(batch_heads) * q_tiles * Config::BLOCK_Q;
     DeterministicSums sums{};  // all null in the default mode
+    const float2* kv_bounds = nullptr;
     if (DETERMINISTIC) {
-        auto* semaphores = reinterpret_cast<uint32_t*>(scratch + layout.semaphore_offset);
-        sums.dq_semaphores = semaphores;
-        sums.block_counter = semaphores + (layout.semaphores - 1);
-        sums.second_rowsum = reinterpret_cast<float*>(scratch + layout.second_rowsum_offset);
-        sums.chains = layout.chains;
-        sums.semaphores_per_chain = int64_t(layout.semaphores - 1) / layout.chains;
-        sums.rows = padded_rows;                  // padded_rows floats: whole 256 bytes
-        sums.dq_floats = padded_rows * HEAD_DIM;  // the same
-        if (layout.chains > 1) {
-            sums.chain_dq = reinterpret_cast<float*>(scratch + layout.chain_dq_offset);
-            sums.chain_rowsum = reinterpret_cast<float*>(scratch + layout.chain_rowsum_offset);
-        }
         sums.key_partials = reinterpret_cast<float*>(scratch + layout.key_partials_offset);
+        sums.row_scales = reinterpret_cast<const float2*>(scratch + layout.row_scales_offset);
+        kv_bounds = reinterpret_cast<const float2*>(scratch + layout.kv_bounds_offset);
+        // Kmax and Vmax of each head, in KV_BOUND_CHUNKS parts, for the preprocessing's scales.
+        backward_kv_bounds_kernel<HEAD_DIM><<<unsigned(int64_t(batch_heads) * KV_BOUND_CHUNKS), PREPROCESS_THREADS, 0,
+                                             stream>>>(k, v, shape.len_kv, const_cast<float2*>(kv_bounds));
+        CUDA_CHECK_LAUNCH();
     }
 
     constexpr int PREPROCESS_ROWS = PREPROCESS_THREADS / (HEAD_DIM / 8);  // rows per block and pass
     const int preprocess_blocks =
         int(std::min<int64_t>((padded_rows + PREPROCESS_ROWS - 1) / PREPROCESS_ROWS, 65536));
     // The zeroed part starts and ends on 256-byte boundaries (BackwardWorkspace's bytes()), so
-    // it is whole float4s.
-    backward_preprocess_kernel<HEAD_DIM><<<preprocess_blocks, PREPROCESS_THREADS, 0, stream>>>(
-        o, dout, lse, delta, lse_log2, shape.len_q, q_tiles * Config::BLOCK_Q, padded_rows,
-        reinterpret_cast<float4*>(ds_rowsum), int64_t(layout.total - layout.rowsum_offset) / 16);
-    CUDA_CHECK_LAUNCH();
+    // it is whole float4s. By default the call's first kernel, an ordinary launch (it reads what
+    // the kernels before it wrote); deterministic, it may start while the bounds are found, and
+    // waits for them before it reads anything.
+    ProgrammaticLaunch preprocess_launch(unsigned(preprocess_blocks), PREPROCESS_THREADS, 0, stream);
+    if (!DETERMINISTIC) preprocess_launch.config.numAttrs = 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&preprocess_launch.config, backward_preprocess_kernel<HEAD_DIM, DETERMINISTIC>,
+                                  o, dout, lse, delta, lse_log2, shape.len_q, q_tiles * Config::BLOCK_Q, padded_rows,
+                                  reinterpret_cast<float4*>(ds_rowsum), int64_t(layout.total - layout.rowsum_offset) / 16,
+                                  kv_bounds, const_cast<float2*>(sums.row_scales)));
 
     const CUtensorMap q_map = make_tensor_map(q, batch_heads, shape.len_q, HEAD_DIM, Config::BLOCK_Q);
     const CUtensorMap do_map = make_tensor_map(dout, batch_heads, shape.len_q, HEAD_DIM, Config::BLOCK_Q);
@@ -1647,28 +1687,16 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     auto kernel = flash_backward_kernel<Config>;
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(Shared::BYTES)));
-    if (DETERMINISTIC && !shape.causal) {
-        // The rotated order lets a block wait for one of its head that claimed later: only
-        // where every block of a head can run at once, and each block's walk starts on a query
-        // tile of its own (dq_order.h).
-        int device = 0, multiprocessors = 0, per_multiprocessor = 0;
-        CUDA_CHECK(cudaGetDevice(&device));
-        CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, Config::THREADS,
-                                                                 Shared::BYTES));
-        sums.rotate = rotate_dq_chains(kv_tiles, q_tiles, shape.causal, int64_t(multiprocessors) * per_multiprocessor);
-    }
     const ProgrammaticLaunch main_launch(unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream);
     CUDA_CHECK(cudaLaunchKernelEx(&main_launch.config, kernel, q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map,
                                   dq_accumulator, ds_rowsum, key_sum, shape.len_q, shape.len_kv, kv_tiles,
                                   q_tiles, shape.softmax_scale(), shape.causal, sums));
 
     if (DETERMINISTIC) {
-        const int64_t items = std::max(padded_rows, int64_t(batch_heads) * HEAD_DIM);
+        const int64_t items = int64_t(batch_heads) * HEAD_DIM;
         const int fold_blocks = int(std::min<int64_t>((items + FOLD_THREADS - 1) / FOLD_THREADS, 65536));
-        backward_fold_sums_kernel<HEAD_DIM><<<fold_blocks, FOLD_THREADS, 0, stream>>>(
-            ds_rowsum, sums.second_rowsum, padded_rows, key_sum, sums.key_partials, batch_heads,
-            kv_tiles * Config::CONSUMERS, sums);
+        backward_fold_key_sums_kernel<HEAD_DIM><<<fold_blocks, FOLD_THREADS, 0, stream>>>(
+            key_sum, sums.key_partials, batch_heads, kv_tiles * Config::CONSUMERS);
         CUDA_CHECK_LAUNCH();
     }
 
@@ -1683,7 +1711,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                   static_cast<const float*>(key_centre ? key_centre : key_sum), dq, float4s,
                                   shape.len_q, q_tiles * Config::Q_SLABS,
                                   key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale(),
-                                  static_cast<const float*>(sums.chain_dq), layout.chains - 1));
+                                  sums.row_scales));
 }
 
 }  // namespace
@@ -1691,7 +1719,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
 const StageCapabilities& stage_capabilities() {
     // 16-byte alignment: TMA needs the tensors' base addresses on 16-byte boundaries.
     // Compute capability 9.0: wgmma and TMA exist on Hopper only.
-    // Deterministic backward: dQ and the sums that go with it added in a fixed order.
+    // Deterministic backward: dQ and the dS row sums added as integers, the K column sums in a fixed order.
     // Key centre: the convert kernel reads a caller's c in place of the mean of the call's keys.
     static const StageCapabilities caps{"11_hopper_backward", "bf16", {64, 128}, MAX_LENGTH,
                                         MAX_LENGTH, true, /*backward=*/true, 16, 90,

@@ -1,9 +1,8 @@
 // Inline PTX wrappers for the Hopper stages (08-12): the bulk tensor copy engine (TMA), the
 // mbarriers it completes on, warpgroup MMA (wgmma) with its shared-memory matrix descriptors,
 // register reallocation (setmaxnreg) and named barriers. Chapter 08 introduces each one; 09 and
-// 10 add the producer/consumer pieces; stage 11's deterministic mode adds acquire and release
-// between blocks and the global-memory proxy fence (lab notes 11), and its small kernels the
-// programmatic dependent launch. Every function here needs
+// 10 add the producer/consumer pieces; stage 11's small kernels add the programmatic dependent
+// launch. Every function here needs
 // sm_90a: the Hopper stages build their attention.cu for that target alone (HOPPER := 1 in
 // their Makefile).
 #pragma once
@@ -371,26 +370,6 @@ struct Wgmma<192> {
     }
 };
 // ---- end of generated Wgmma<N> ----
-
-// ---- ordering between blocks (stage 11's deterministic dQ) ------------------------------------
-// A load that acquires and a store that releases, at GPU scope: what a thread wrote or saw
-// before its release is visible to a thread of another block after an acquire that reads the
-// released value. The address is a global one (cudaMalloc), passed as a generic pointer. (A
-// spin of relaxed loads with one fence.acq_rel after it measured slower in stage 11's dQ
-// writer: ptxas makes the fence a MEMBAR.ALL.GPU; lab notes 11.)
-__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t* address) {
-    uint32_t value;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
-    return value;
-}
-__device__ __forceinline__ void store_release_gpu(uint32_t* address, uint32_t value) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
-}
-// Orders this thread's accesses to global memory through the generic proxy (ordinary loads and
-// stores) with those through the async proxy (the copy engine: cp.reduce.async.bulk), both ways.
-__device__ __forceinline__ void fence_proxy_async_global() {
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
-}
 
 // ---- warp specialization -------------------------------------------------------------------
 // Moves registers between warpgroups: a producer that only issues copies gives registers back,

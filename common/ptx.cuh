@@ -89,6 +89,12 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* global, uint32_t shar
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
                  ::"l"(global), "r"(shared), "r"(bytes) : "memory");
 }
+// The same for 32-bit integers (stage 11's deterministic dQ in fixed point): wrapping adds, so
+// the sum does not depend on the order in which the pieces arrive.
+__device__ __forceinline__ void bulk_reduce_add_s32(int32_t* global, uint32_t shared, uint32_t bytes) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.s32 [%0], [%1], %2;\n"
+                 ::"l"(global), "r"(shared), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void fence_proxy_async_shared() {
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }

@@ -32,8 +32,9 @@ enum TimelineEvent : int {
     TIMELINE_GRADIENTS_ISSUED,  // dK, dV and a piece of dQ are issued and the turn passed on
     TIMELINE_GRADIENTS_DONE,    // wgmma.wait_group 0 returned them and the stage is released
     TIMELINE_DQ_HANDED,         // the piece of dQ is staged and its bulk reduce-add issued
-    // Stage 11's dQ writer of consumer 0 (write_dq_in_order), per query tile, in slot
-    // TIMELINE_WRITER_SLOT (the CSV's warpgroup -2):
+    // Stage 11's dQ writer of consumer 0 (write_dq), per query tile, in slot TIMELINE_WRITER_SLOT
+    // (the CSV's warpgroup -2), stamped by the lab notes' writer-stamps.patch; the turn and its
+    // release belonged to the deterministic mode's chains of adds, which fixed-point sums replaced:
     TIMELINE_DQ_TURN,           // the tile's turn has come (deterministic: the semaphore said so)
     TIMELINE_DQ_STAGED,         // the consumer's piece is staged (the writer's mbarrier wait returned)
     TIMELINE_DQ_READ,           // the reduce-adds are issued and have read the staging tile
