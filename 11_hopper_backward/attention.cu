@@ -546,6 +546,9 @@ struct BackwardTiling {
 template <int HEAD_DIM_>
 struct DeterministicBackwardTiling : BackwardTiling<HEAD_DIM_> {
     static constexpr bool DETERMINISTIC = true;
+    // The dQ writers convert each piece to integers (to_fixed_point): the rest of the register
+    // file, 128 x 32 + 256 x 240 = 65,536.
+    static constexpr int PRODUCER_REGISTERS = 32;
 };
 
 // What the deterministic kernel reads besides the default's, in the workspace (the default
@@ -646,7 +649,15 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
     const int64_t warps = int64_t(gridDim.x) * (PREPROCESS_THREADS / 32);
     int64_t bounds_head = -1;  // FIXED_POINT: the head whose largest |K| and |V_j| these are
     float key_max = 0.0f, value_norm_max = 0.0f;
-    if constexpr (FIXED_POINT) wait_for_prior_grid();  // kv_bounds
+    auto zero = [&] {
+        for (int64_t i = int64_t(blockIdx.x) * PREPROCESS_THREADS + threadIdx.x; i < zeroed_float4s;
+             i += int64_t(gridDim.x) * PREPROCESS_THREADS)
+            zeroed[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    };
+    if constexpr (FIXED_POINT) {  // zero while the bounds may still be found, then wait for them
+        zero();
+        wait_for_prior_grid();
+    }
     // The loop runs alike for the whole warp (the shuffles below need every lane). A warp's
     // ROWS_PER_WARP rows are of one head: padded_len_q is a multiple of 64.
     for (int64_t first = (int64_t(blockIdx.x) * (PREPROCESS_THREADS / 32) + threadIdx.x / 32) * ROWS_PER_WARP;
@@ -704,9 +715,7 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
             lse_log2[padded] = real ? lse[row] * LOG2E : 0.0f;
         }
     }
-    for (int64_t i = int64_t(blockIdx.x) * PREPROCESS_THREADS + threadIdx.x; i < zeroed_float4s;
-         i += int64_t(gridDim.x) * PREPROCESS_THREADS)
-        zeroed[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if constexpr (!FIXED_POINT) zero();
 }
 
 // Deterministic mode, first of the call's kernels: for each head and each of KV_BOUND_CHUNKS
@@ -1018,9 +1027,8 @@ struct ConsumerWarpgroup : BackwardBlock {
     // end excerpt
 
     // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's row of
-    // K column sums, and every query row's scales into fixed point (dq_fixed_point.h).
+    // K column sums.
     float* key_partial;
-    const float2* row_scales;
 
     // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
     // error enters every dS_ij as -P_ij times delta_i's error, which dQ = dS K multiplies by the
@@ -1227,40 +1235,15 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
-    // Deterministic mode: the scales of this thread's two rows of its piece of query tile
-    // `q_tile` (rows fragment_row and fragment_row + 8 of its warp's 16), read early enough that
-    // the load is done when stage_dq needs them.
-    __device__ __forceinline__ void load_row_scales(float2 (&scales)[2], int q_tile) const {
-        const float2* rows = row_scales + (int64_t(head) * q_tiles + q_tile) * BLOCK_Q +
-                             (warpgroup % Config::Q_SLABS) * 64 + warp * 16 + fragment_row;
-        scales[0] = rows[0];
-        scales[1] = rows[8];
-    }
-
-    // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles; in
-    // deterministic mode as integers, each row times its scale (`scales`, from load_row_scales)
-    // and rounded to the nearest.
-    __device__ __forceinline__ void stage_dq(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2]) const {
-        if constexpr (Config::DETERMINISTIC) {
+    // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles.
+    __device__ __forceinline__ void stage_dq(const float (&dq)[Config::DQ_N / 2]) const {
 #pragma unroll
-            for (int i = 0; i < 8; ++i)
-                reinterpret_cast<int4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
-                    make_int4(__float2int_rn(dq[4 * i] * scales[0].x), __float2int_rn(dq[4 * i + 1] * scales[0].x),
-                              __float2int_rn(dq[4 * i + 2] * scales[1].x), __float2int_rn(dq[4 * i + 3] * scales[1].x));
-            if (lane % 4 == 0) {
-                int* rowsums = reinterpret_cast<int*>(rowsum_staging);
-                rowsums[warp * 16 + fragment_row] = __float2int_rn(dq[32] * scales[0].y);
-                rowsums[warp * 16 + fragment_row + 8] = __float2int_rn(dq[34] * scales[1].y);
-            }
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-                reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
-                    make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
-            if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
-                rowsum_staging[warp * 16 + fragment_row] = dq[32];
-                rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
-            }
+        for (int i = 0; i < 8; ++i)
+            reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
+                make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+        if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
+            rowsum_staging[warp * 16 + fragment_row] = dq[32];
+            rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
         }
     }
 
@@ -1270,10 +1253,9 @@ struct ConsumerWarpgroup : BackwardBlock {
     // copy engine add them to the accumulators in device memory: every thread waits until the
     // writer has read the consumer's previous piece (`handed` pieces so far), stores its part,
     // and arrives; the writer waits for all 128. The consumer goes on at once.
-    __device__ __forceinline__ void hand_over_dq(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2],
-                                                 int handed) const {
+    __device__ __forceinline__ void hand_over_dq(const float (&dq)[Config::DQ_N / 2], int handed) const {
         if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
-        stage_dq(dq, scales);
+        stage_dq(dq);
         fence_proxy_async_shared();  // the copy engine reads what these stores wrote
         mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
     }
@@ -1282,8 +1264,6 @@ struct ConsumerWarpgroup : BackwardBlock {
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq.
     __device__ __forceinline__ void hand_over_last_dq(float (&dq)[Config::DQ_N / 2], int handed) const {
-        float2 scales[2];
-        if constexpr (Config::DETERMINISTIC) load_row_scales(scales, q_tiles - 1);
         wait_turn();
         fence_registers(dq);
         wgmma_fence();
@@ -1291,7 +1271,7 @@ struct ConsumerWarpgroup : BackwardBlock {
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(dq);
-        hand_over_dq(dq, scales, handed);
+        hand_over_dq(dq, handed);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1365,7 +1345,6 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     consumer.lagging = warpgroup == 0;
     if constexpr (Config::DETERMINISTIC) {
         const int kv_block = block.kv_start / BLOCK_KV;
-        consumer.row_scales = sums.row_scales;
         consumer.key_partial =
             sums.key_partials + ((int64_t(block.head) * kv_tiles + kv_block) * Config::CONSUMERS + warpgroup) * Config::HEAD_DIM;
     }
@@ -1396,11 +1375,6 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
     for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
         const int stage = read % STAGES;
-        // Deterministic: the scales of the piece this tile hands over (consumer 0's is the
-        // previous tile's, and it has none on its first).
-        float2 scales[2];
-        if constexpr (Config::DETERMINISTIC)
-            if (!consumer.lagging || read > 0) consumer.load_row_scales(scales, q_tile - int(consumer.lagging));
         const int q_start = q_tile * BLOCK_Q;
         mbarrier_wait(&block.q_full[stage], (read / STAGES) % 2);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_TILE_READY, q_tile);
@@ -1445,7 +1419,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.release_stage(dk, dv, dq, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         // Pieces handed over before this one: consumer 0's first piece is its second tile's.
-        if (has_dq) consumer.hand_over_dq(dq, scales, read - int(consumer.lagging));
+        if (has_dq) consumer.hand_over_dq(dq, read - int(consumer.lagging));
         // Consumer 0's piece is the previous tile's; the stamp says the loop's tile.
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_HANDED, q_tile);
     }
@@ -1460,18 +1434,43 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
-// Consumer `consumer`'s dQ writer, one thread of the producer warpgroup (DqWriter). For each
+// Deterministic mode: a staged piece of dQ and its dS row sums turned into integers in place,
+// each row times its scale (dq_fixed_point.h) and rounded to the nearest, by the 32 lanes of the
+// writer's warp. The staging holds the consumer's accumulators in fragment order (stage_dq):
+// float4 32 k + lane of the piece is rows 16 (k / 8) + lane / 4 (x, y) and 8 more (z, w), so lane
+// L scales the rows L / 4 + 8 r of its piece, r = 0 .. 7. `scales`: the query tile's rows.
+__device__ __forceinline__ void to_fixed_point(float* dq_staging, float* rowsum_staging, const float2* scales,
+                                               int lane) {
+#pragma unroll 1
+    for (int r = 0; r < 8; r += 2) {  // rows lane / 4 + 16 (r / 2) and 8 more
+        const float upper = scales[8 * r + lane / 4].x, lower = scales[8 * r + 8 + lane / 4].x;
+#pragma unroll 4
+        for (int i = 0; i < 8; ++i) {
+            float4* slot = reinterpret_cast<float4*>(dq_staging) + (4 * r + i) * 32 + lane;
+            const float4 value = *slot;
+            *reinterpret_cast<int4*>(slot) =
+                make_int4(__float2int_rn(value.x * upper), __float2int_rn(value.y * upper),
+                          __float2int_rn(value.z * lower), __float2int_rn(value.w * lower));
+        }
+    }
+    for (int row = lane; row < 64; row += 32)
+        reinterpret_cast<int*>(rowsum_staging)[row] = __float2int_rn(rowsum_staging[row] * scales[row].y);
+}
+
+// Consumer `consumer`'s dQ writer, one warp of the producer warpgroup (DqWriter). For each
 // tile of the block's walk, in the order the consumer hands its pieces over (consumer 0 each a
 // step late, in the same order), it waits until the consumer has staged the piece, lets the copy
-// engine add it (in deterministic mode as integers), and frees the staging tiles once the copy
-// has read them.
+// engine add it, and frees the staging tiles once the copy has read them. By default lane 0 alone
+// does this. In deterministic mode the whole warp first turns the piece into integers in place
+// (to_fixed_point), so that the consumers' own work is the default's.
 // excerpt: dq-writer
 template <class Config>
 __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consumer, float* dq_accumulator,
-                                         float* ds_rowsum) {
+                                         float* ds_rowsum, const float2* row_scales) {
     using Shared = BackwardSharedLayout<Config>;
-    const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
-    const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES);
+    unsigned char* const dq_staging = block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES;
+    unsigned char* const rowsum_staging = block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES;
+    const uint32_t dq_staging_address = smem_address(dq_staging), rowsum_staging_address = smem_address(rowsum_staging);
     const int steps = block.q_tiles - block.first_q_tile;
     for (int step = 0; step < steps; ++step) {
         const int q_tile = block.first_q_tile + step;
@@ -1480,15 +1479,23 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
         float* dq_tile = dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64;
         float* rowsum_tile = ds_rowsum + tile * Config::BLOCK_Q;
         if constexpr (Config::DETERMINISTIC) {
-            bulk_reduce_add_s32(reinterpret_cast<int32_t*>(dq_tile), dq_staging, Config::DQ_BYTES);
-            bulk_reduce_add_s32(reinterpret_cast<int32_t*>(rowsum_tile), rowsum_staging, Config::RS_BYTES);
+            to_fixed_point(reinterpret_cast<float*>(dq_staging), reinterpret_cast<float*>(rowsum_staging),
+                           row_scales + tile * Config::BLOCK_Q, block.lane);
+            fence_proxy_async_shared();  // the copy engine reads what these stores wrote
+            __syncwarp();
+            if (block.lane == 0) {
+                bulk_reduce_add_s32(reinterpret_cast<int32_t*>(dq_tile), dq_staging_address, Config::DQ_BYTES);
+                bulk_reduce_add_s32(reinterpret_cast<int32_t*>(rowsum_tile), rowsum_staging_address, Config::RS_BYTES);
+            }
         } else {
-            bulk_reduce_add_f32(dq_tile, dq_staging, Config::DQ_BYTES);
-            bulk_reduce_add_f32(rowsum_tile, rowsum_staging, Config::RS_BYTES);
+            bulk_reduce_add_f32(dq_tile, dq_staging_address, Config::DQ_BYTES);
+            bulk_reduce_add_f32(rowsum_tile, rowsum_staging_address, Config::RS_BYTES);
         }
-        bulk_commit();
-        bulk_wait_read<0>();
-        mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
+        if (!Config::DETERMINISTIC || block.lane == 0) {  // by default lane 0 is the writer
+            bulk_commit();
+            bulk_wait_read<0>();
+            mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
+        }
     }
 }
 // end excerpt
@@ -1542,11 +1549,11 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     if (block.warpgroup < 0) {
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
-        // Lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer.
+        // Warps 1 and 2: consumer 0's and 1's dQ writer (by default lane 0 alone).
         const int consumer = int(threadIdx.x) / 32 - 1;
-        if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
+        if ((Config::DETERMINISTIC || threadIdx.x % 32 == 0) && consumer >= 0 && consumer < Config::CONSUMERS) {
             const int piece_rows = (consumer % Config::Q_SLABS) * 64;  // the piece's rows of each query tile
-            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows);
+            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows, sums.row_scales + piece_rows);
         }
         return;
     }
