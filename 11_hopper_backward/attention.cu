@@ -546,9 +546,11 @@ struct BackwardTiling {
 template <int HEAD_DIM_>
 struct DeterministicBackwardTiling : BackwardTiling<HEAD_DIM_> {
     static constexpr bool DETERMINISTIC = true;
-    // The dQ writers convert each piece to integers (to_fixed_point): the rest of the register
-    // file, 128 x 32 + 256 x 240 = 65,536.
+    // The dQ writers convert each piece to integers (to_fixed_point): 8 registers more for the
+    // producer warpgroup, 8 fewer for the consumers, within the block's 168 x 384 (128 x 32 +
+    // 256 x 232 = 63,488; setmaxnreg.inc waits forever for registers the block was not given).
     static constexpr int PRODUCER_REGISTERS = 32;
+    static constexpr int CONSUMER_REGISTERS = 232;
 };
 
 // What the deterministic kernel reads besides the default's, in the workspace (the default
@@ -560,6 +562,15 @@ struct DeterministicSums {
     const float2* row_scales;  // [padded rows]: dQ's scale, then the dS row sums'
     float* key_partials;       // [head][key block][consumer][HEAD_DIM]: K column sums
 };
+
+// setmaxnreg moves registers between the warpgroups within what the block was given at launch,
+// 168 x 384 (__launch_bounds__): an increase beyond it would wait forever.
+template <class Config>
+constexpr bool fits_block_registers =
+    Config::PRODUCER_REGISTERS * 128 + Config::CONSUMER_REGISTERS * 128 * Config::CONSUMERS <= 168 * Config::THREADS;
+static_assert(fits_block_registers<BackwardTiling<64>> && fits_block_registers<BackwardTiling<128>> &&
+              fits_block_registers<DeterministicBackwardTiling<64>> &&
+              fits_block_registers<DeterministicBackwardTiling<128>>);
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
 // the 1024-byte aligned base, each the previous one plus the previous region's size.
