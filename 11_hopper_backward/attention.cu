@@ -546,11 +546,6 @@ struct BackwardTiling {
 template <int HEAD_DIM_>
 struct DeterministicBackwardTiling : BackwardTiling<HEAD_DIM_> {
     static constexpr bool DETERMINISTIC = true;
-    // The dQ writers convert each piece to integers (to_fixed_point): 8 registers more for the
-    // producer warpgroup, 8 fewer for the consumers, within the block's 168 x 384 (128 x 32 +
-    // 256 x 232 = 63,488; setmaxnreg.inc waits forever for registers the block was not given).
-    static constexpr int PRODUCER_REGISTERS = 32;
-    static constexpr int CONSUMER_REGISTERS = 232;
 };
 
 // What the deterministic kernel reads besides the default's, in the workspace (the default
@@ -568,9 +563,7 @@ struct DeterministicSums {
 template <class Config>
 constexpr bool fits_block_registers =
     Config::PRODUCER_REGISTERS * 128 + Config::CONSUMER_REGISTERS * 128 * Config::CONSUMERS <= 168 * Config::THREADS;
-static_assert(fits_block_registers<BackwardTiling<64>> && fits_block_registers<BackwardTiling<128>> &&
-              fits_block_registers<DeterministicBackwardTiling<64>> &&
-              fits_block_registers<DeterministicBackwardTiling<128>>);
+static_assert(fits_block_registers<BackwardTiling<64>> && fits_block_registers<BackwardTiling<128>>);
 
 // The backward kernel's dynamic shared memory, its regions in the order they lie: offsets from
 // the 1024-byte aligned base, each the previous one plus the previous region's size.
@@ -745,14 +738,24 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
     const int part = int(threadIdx.x) % ROW_THREADS;  // elements 8 part .. 8 part + 7 of the row
     float key_max = 0.0f, value_norm2_max = 0.0f;
     // Alike for the whole warp (the shuffles need every lane); keys past `end` count as zeros.
-    for (int base = first; base < end; base += ROWS) {
-        const int key = base + int(threadIdx.x) / ROW_THREADS;
-        float value_norm2 = 0.0f;
-        if (key < end) {
-            const int64_t offset = (head * len_kv + key) * HEAD_DIM + part * 8;
-            const uint4 k = *reinterpret_cast<const uint4*>(K + offset);
-            const uint4 v = *reinterpret_cast<const uint4*>(V + offset);
-            const uint32_t k_pairs[4] = {k.x, k.y, k.z, k.w}, v_pairs[4] = {v.x, v.y, v.z, v.w};
+    // UNROLL rows per thread and pass, their loads issued together.
+    constexpr int UNROLL = 4;
+    for (int base = first; base < end; base += UNROLL * ROWS) {
+        uint4 k[UNROLL], v[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int key = base + u * ROWS + int(threadIdx.x) / ROW_THREADS;
+            k[u] = v[u] = make_uint4(0, 0, 0, 0);
+            if (key < end) {
+                const int64_t offset = (head * len_kv + key) * HEAD_DIM + part * 8;
+                k[u] = *reinterpret_cast<const uint4*>(K + offset);
+                v[u] = *reinterpret_cast<const uint4*>(V + offset);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const uint32_t k_pairs[4] = {k[u].x, k[u].y, k[u].z, k[u].w}, v_pairs[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+            float value_norm2 = 0.0f;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&k_pairs[i]));
@@ -760,11 +763,11 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
                 key_max = fmaxf(key_max, fmaxf(fabsf(a.x), fabsf(a.y)));
                 value_norm2 += b.x * b.x + b.y * b.y;
             }
-        }
 #pragma unroll
-        for (int offset = ROW_THREADS / 2; offset > 0; offset /= 2)
-            value_norm2 += __shfl_xor_sync(FULL_MASK, value_norm2, offset);
-        value_norm2_max = fmaxf(value_norm2_max, value_norm2);
+            for (int offset = ROW_THREADS / 2; offset > 0; offset /= 2)
+                value_norm2 += __shfl_xor_sync(FULL_MASK, value_norm2, offset);
+            value_norm2_max = fmaxf(value_norm2_max, value_norm2);
+        }
     }
 #pragma unroll
     for (int offset = 16; offset > 0; offset /= 2) {
@@ -841,21 +844,26 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
 }
 
 // Deterministic mode, between the backward kernel and the conversion: each head's K column sums
-// from its blocks' partial sums, key block after key block (the default kernel adds them in
-// device memory as it goes, in any order).
+// from its blocks' partial sums in a fixed order (the default kernel adds them in device memory
+// as it goes, in any order). A warp per column: lane l adds partials l, l + 32, ... in turn, then
+// the lanes' sums meet in a fixed tree of shuffles.
 constexpr int FOLD_THREADS = 256;
 
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(FOLD_THREADS)
 backward_fold_key_sums_kernel(float* __restrict__ key_sum, const float* __restrict__ key_partials,
                               int64_t batch_heads, int partials_per_head) {
-    const int64_t stride = int64_t(gridDim.x) * FOLD_THREADS;
-    for (int64_t i = int64_t(blockIdx.x) * FOLD_THREADS + threadIdx.x; i < batch_heads * HEAD_DIM; i += stride) {
+    const int lane = int(threadIdx.x) % 32;
+    const int64_t warps = int64_t(gridDim.x) * (FOLD_THREADS / 32);
+    for (int64_t i = int64_t(blockIdx.x) * (FOLD_THREADS / 32) + threadIdx.x / 32; i < batch_heads * HEAD_DIM;
+         i += warps) {  // alike for the whole warp
         const int64_t head = i / HEAD_DIM;
         const float* partial = key_partials + head * partials_per_head * HEAD_DIM + i % HEAD_DIM;
         float sum = 0.0f;
-        for (int p = 0; p < partials_per_head; ++p) sum += partial[int64_t(p) * HEAD_DIM];
-        key_sum[i] = sum;
+        for (int p = lane; p < partials_per_head; p += 32) sum += partial[int64_t(p) * HEAD_DIM];
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
+        if (lane == 0) key_sum[i] = sum;
     }
 }
 
@@ -1038,8 +1046,9 @@ struct ConsumerWarpgroup : BackwardBlock {
     // end excerpt
 
     // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's row of
-    // K column sums.
+    // K column sums, and every query row's scales into fixed point (dq_fixed_point.h).
     float* key_partial;
+    const float2* row_scales;
 
     // Centred dQ. delta = rowsum(dO * O) comes from the bf16 O of the forward, and its rounding
     // error enters every dS_ij as -P_ij times delta_i's error, which dQ = dS K multiplies by the
@@ -1246,15 +1255,40 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
     // end excerpt
 
-    // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles.
-    __device__ __forceinline__ void stage_dq(const float (&dq)[Config::DQ_N / 2]) const {
+    // Deterministic mode: the scales of this thread's two rows of its piece of query tile
+    // `q_tile` (rows fragment_row and fragment_row + 8 of its warp's 16), read early enough that
+    // the load is done when stage_dq needs them.
+    __device__ __forceinline__ void load_row_scales(float2 (&scales)[2], int q_tile) const {
+        const float2* rows = row_scales + (int64_t(head) * q_tiles + q_tile) * BLOCK_Q +
+                             (warpgroup % Config::Q_SLABS) * 64 + warp * 16 + fragment_row;
+        scales[0] = rows[0];
+        scales[1] = rows[8];
+    }
+
+    // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles; in
+    // deterministic mode as integers, each row times its scale (`scales`, from load_row_scales)
+    // and rounded to the nearest.
+    __device__ __forceinline__ void stage_dq(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2]) const {
+        if constexpr (Config::DETERMINISTIC) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i)
-            reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
-                make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
-        if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
-            rowsum_staging[warp * 16 + fragment_row] = dq[32];
-            rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
+            for (int i = 0; i < 8; ++i)
+                reinterpret_cast<int4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
+                    make_int4(__float2int_rn(dq[4 * i] * scales[0].x), __float2int_rn(dq[4 * i + 1] * scales[0].x),
+                              __float2int_rn(dq[4 * i + 2] * scales[1].x), __float2int_rn(dq[4 * i + 3] * scales[1].x));
+            if (lane % 4 == 0) {
+                int* rowsums = reinterpret_cast<int*>(rowsum_staging);
+                rowsums[warp * 16 + fragment_row] = __float2int_rn(dq[32] * scales[0].y);
+                rowsums[warp * 16 + fragment_row + 8] = __float2int_rn(dq[34] * scales[1].y);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+                reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
+                    make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
+            if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
+                rowsum_staging[warp * 16 + fragment_row] = dq[32];
+                rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
+            }
         }
     }
 
@@ -1264,9 +1298,10 @@ struct ConsumerWarpgroup : BackwardBlock {
     // copy engine add them to the accumulators in device memory: every thread waits until the
     // writer has read the consumer's previous piece (`handed` pieces so far), stores its part,
     // and arrives; the writer waits for all 128. The consumer goes on at once.
-    __device__ __forceinline__ void hand_over_dq(const float (&dq)[Config::DQ_N / 2], int handed) const {
+    __device__ __forceinline__ void hand_over_dq(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2],
+                                                 int handed) const {
         if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
-        stage_dq(dq);
+        stage_dq(dq, scales);
         fence_proxy_async_shared();  // the copy engine reads what these stores wrote
         mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
     }
@@ -1275,6 +1310,8 @@ struct ConsumerWarpgroup : BackwardBlock {
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq.
     __device__ __forceinline__ void hand_over_last_dq(float (&dq)[Config::DQ_N / 2], int handed) const {
+        float2 scales[2];
+        if constexpr (Config::DETERMINISTIC) load_row_scales(scales, q_tiles - 1);
         wait_turn();
         fence_registers(dq);
         wgmma_fence();
@@ -1282,7 +1319,7 @@ struct ConsumerWarpgroup : BackwardBlock {
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(dq);
-        hand_over_dq(dq, handed);
+        hand_over_dq(dq, scales, handed);
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1356,6 +1393,7 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
     consumer.lagging = warpgroup == 0;
     if constexpr (Config::DETERMINISTIC) {
         const int kv_block = block.kv_start / BLOCK_KV;
+        consumer.row_scales = sums.row_scales;
         consumer.key_partial =
             sums.key_partials + ((int64_t(block.head) * kv_tiles + kv_block) * Config::CONSUMERS + warpgroup) * Config::HEAD_DIM;
     }
@@ -1386,6 +1424,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
     for (int q_tile = first_q_tile, read = 0; q_tile < q_tiles; ++q_tile, ++read) {
         const int stage = read % STAGES;
+        // Deterministic: the scales of the piece this tile hands over (consumer 0's is the
+        // previous tile's, and it has none on its first).
+        float2 scales[2];
+        if constexpr (Config::DETERMINISTIC)
+            if (!consumer.lagging || read > 0) consumer.load_row_scales(scales, q_tile - int(consumer.lagging));
         const int q_start = q_tile * BLOCK_Q;
         mbarrier_wait(&block.q_full[stage], (read / STAGES) % 2);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_TILE_READY, q_tile);
@@ -1430,7 +1473,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.release_stage(dk, dv, dq, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         // Pieces handed over before this one: consumer 0's first piece is its second tile's.
-        if (has_dq) consumer.hand_over_dq(dq, read - int(consumer.lagging));
+        if (has_dq) consumer.hand_over_dq(dq, scales, read - int(consumer.lagging));
         // Consumer 0's piece is the previous tile's; the stamp says the loop's tile.
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_HANDED, q_tile);
     }
@@ -1445,43 +1488,18 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
 
-// Deterministic mode: a staged piece of dQ and its dS row sums turned into integers in place,
-// each row times its scale (dq_fixed_point.h) and rounded to the nearest, by the 32 lanes of the
-// writer's warp. The staging holds the consumer's accumulators in fragment order (stage_dq):
-// float4 32 k + lane of the piece is rows 16 (k / 8) + lane / 4 (x, y) and 8 more (z, w), so lane
-// L scales the rows L / 4 + 8 r of its piece, r = 0 .. 7. `scales`: the query tile's rows.
-__device__ __forceinline__ void to_fixed_point(float* dq_staging, float* rowsum_staging, const float2* scales,
-                                               int lane) {
-#pragma unroll 1
-    for (int r = 0; r < 8; r += 2) {  // rows lane / 4 + 16 (r / 2) and 8 more
-        const float upper = scales[8 * r + lane / 4].x, lower = scales[8 * r + 8 + lane / 4].x;
-#pragma unroll 4
-        for (int i = 0; i < 8; ++i) {
-            float4* slot = reinterpret_cast<float4*>(dq_staging) + (4 * r + i) * 32 + lane;
-            const float4 value = *slot;
-            *reinterpret_cast<int4*>(slot) =
-                make_int4(__float2int_rn(value.x * upper), __float2int_rn(value.y * upper),
-                          __float2int_rn(value.z * lower), __float2int_rn(value.w * lower));
-        }
-    }
-    for (int row = lane; row < 64; row += 32)
-        reinterpret_cast<int*>(rowsum_staging)[row] = __float2int_rn(rowsum_staging[row] * scales[row].y);
-}
-
-// Consumer `consumer`'s dQ writer, one warp of the producer warpgroup (DqWriter). For each
+// Consumer `consumer`'s dQ writer, one thread of the producer warpgroup (DqWriter). For each
 // tile of the block's walk, in the order the consumer hands its pieces over (consumer 0 each a
 // step late, in the same order), it waits until the consumer has staged the piece, lets the copy
-// engine add it, and frees the staging tiles once the copy has read them. By default lane 0 alone
-// does this. In deterministic mode the whole warp first turns the piece into integers in place
-// (to_fixed_point), so that the consumers' own work is the default's.
+// engine add it (in deterministic mode as integers), and frees the staging tiles once the copy
+// has read them.
 // excerpt: dq-writer
 template <class Config>
 __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consumer, float* dq_accumulator,
-                                         float* ds_rowsum, const float2* row_scales) {
+                                         float* ds_rowsum) {
     using Shared = BackwardSharedLayout<Config>;
-    unsigned char* const dq_staging = block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES;
-    unsigned char* const rowsum_staging = block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES;
-    const uint32_t dq_staging_address = smem_address(dq_staging), rowsum_staging_address = smem_address(rowsum_staging);
+    const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
+    const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES);
     const int steps = block.q_tiles - block.first_q_tile;
     for (int step = 0; step < steps; ++step) {
         const int q_tile = block.first_q_tile + step;
@@ -1490,23 +1508,15 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
         float* dq_tile = dq_accumulator + tile * Config::BLOCK_Q * Config::HEAD_DIM + consumer * 64 * 64;
         float* rowsum_tile = ds_rowsum + tile * Config::BLOCK_Q;
         if constexpr (Config::DETERMINISTIC) {
-            to_fixed_point(reinterpret_cast<float*>(dq_staging), reinterpret_cast<float*>(rowsum_staging),
-                           row_scales + tile * Config::BLOCK_Q, block.lane);
-            fence_proxy_async_shared();  // the copy engine reads what these stores wrote
-            __syncwarp();
-            if (block.lane == 0) {
-                bulk_reduce_add_s32(reinterpret_cast<int32_t*>(dq_tile), dq_staging_address, Config::DQ_BYTES);
-                bulk_reduce_add_s32(reinterpret_cast<int32_t*>(rowsum_tile), rowsum_staging_address, Config::RS_BYTES);
-            }
+            bulk_reduce_add_s32(reinterpret_cast<int32_t*>(dq_tile), dq_staging, Config::DQ_BYTES);
+            bulk_reduce_add_s32(reinterpret_cast<int32_t*>(rowsum_tile), rowsum_staging, Config::RS_BYTES);
         } else {
-            bulk_reduce_add_f32(dq_tile, dq_staging_address, Config::DQ_BYTES);
-            bulk_reduce_add_f32(rowsum_tile, rowsum_staging_address, Config::RS_BYTES);
+            bulk_reduce_add_f32(dq_tile, dq_staging, Config::DQ_BYTES);
+            bulk_reduce_add_f32(rowsum_tile, rowsum_staging, Config::RS_BYTES);
         }
-        if (!Config::DETERMINISTIC || block.lane == 0) {  // by default lane 0 is the writer
-            bulk_commit();
-            bulk_wait_read<0>();
-            mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
-        }
+        bulk_commit();
+        bulk_wait_read<0>();
+        mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
     }
 }
 // end excerpt
@@ -1560,11 +1570,11 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     if (block.warpgroup < 0) {
         setmaxnreg_dec<Config::PRODUCER_REGISTERS>();
         if (threadIdx.x == 0) backward_producer<Config>(block, q_map, k_map, v_map, do_map, lse_map, delta_map);
-        // Warps 1 and 2: consumer 0's and 1's dQ writer (by default lane 0 alone).
+        // Lane 0 of warps 1 and 2: consumer 0's and 1's dQ writer.
         const int consumer = int(threadIdx.x) / 32 - 1;
-        if ((Config::DETERMINISTIC || threadIdx.x % 32 == 0) && consumer >= 0 && consumer < Config::CONSUMERS) {
+        if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
             const int piece_rows = (consumer % Config::Q_SLABS) * 64;  // the piece's rows of each query tile
-            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows, sums.row_scales + piece_rows);
+            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows);
         }
         return;
     }
@@ -1711,8 +1721,8 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                   q_tiles, shape.softmax_scale(), shape.causal, sums));
 
     if (DETERMINISTIC) {
-        const int64_t items = int64_t(batch_heads) * HEAD_DIM;
-        const int fold_blocks = int(std::min<int64_t>((items + FOLD_THREADS - 1) / FOLD_THREADS, 65536));
+        const int64_t items = int64_t(batch_heads) * HEAD_DIM;  // a warp each
+        const int fold_blocks = int(std::min<int64_t>((items + FOLD_THREADS / 32 - 1) / (FOLD_THREADS / 32), 65536));
         backward_fold_key_sums_kernel<HEAD_DIM><<<fold_blocks, FOLD_THREADS, 0, stream>>>(
             key_sum, sums.key_partials, batch_heads, kv_tiles * Config::CONSUMERS);
         CUDA_CHECK_LAUNCH();
