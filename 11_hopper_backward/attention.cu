@@ -1265,6 +1265,7 @@ struct ConsumerWarpgroup : BackwardBlock {
         scales[1] = rows[8];
     }
 
+    // excerpt: stage-dq
     // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles; in
     // deterministic mode as integers, each row times its scale (`scales`, from load_row_scales)
     // and rounded to the nearest.
@@ -1291,6 +1292,7 @@ struct ConsumerWarpgroup : BackwardBlock {
             }
         }
     }
+    // end excerpt
 
 
     // excerpt: dq-reduce
@@ -1493,7 +1495,6 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 // step late, in the same order), it waits until the consumer has staged the piece, lets the copy
 // engine add it (in deterministic mode as integers), and frees the staging tiles once the copy
 // has read them.
-// excerpt: dq-writer
 template <class Config>
 __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consumer, float* dq_accumulator,
                                          float* ds_rowsum) {
@@ -1519,7 +1520,6 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
     }
 }
-// end excerpt
 
 // One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
 template <class Config>

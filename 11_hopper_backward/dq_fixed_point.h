@@ -28,6 +28,7 @@ constexpr int FIXED_POINT_BITS = 29;
 // (backward_kv_bounds_kernel); a head's bound is the largest of its chunks'.
 constexpr int KV_BOUND_CHUNKS = 32;
 
+// excerpt: fixed-point-scale
 // The power of two s with bound s < 2^FIXED_POINT_BITS <= 2 bound s. A bound of 0 (a row whose
 // dO is 0, so is its dS) or below 2^-90 takes the scale of 2^-90; an infinite or NaN bound (norms
 // beyond FP32) the scale of the largest float, so that nothing overflows int32 but such rows lose
@@ -44,3 +45,4 @@ FIXED_POINT_FN float fixed_point_scale(float bound) {
     memcpy(&scale, &scale_bits, sizeof scale);
     return scale;
 }
+// end excerpt
