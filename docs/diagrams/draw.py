@@ -565,6 +565,9 @@ def hopper_constants(found):
         "STAGES": integer(path, r"struct BackwardTiling \{[^}]*?STAGES = (\d+);"),
         "DQ_N_ONES": integer(path, r"static constexpr int DQ_N = 64 \+ (\d+);")}
     found["11_hopper_backward"]["BLOCK_KV"] = 64 * found["11_hopper_backward"]["CONSUMERS"]
+    path = "11_hopper_backward/dq_fixed_point.h"
+    found["11_hopper_backward"]["FIXED_POINT_BITS"] = integer(path, r"constexpr int FIXED_POINT_BITS = (\d+);")
+    found["11_hopper_backward"]["KV_BOUND_CHUNKS"] = integer(path, r"constexpr int KV_BOUND_CHUNKS = (\d+);")
     path = "12_persistent/attention.cu"
     buffers = re.search(r"static_assert\(Tiling64::O_BUFFERS == (\d+) && Tiling128::O_BUFFERS == (\d+) "
                         r"&& Tiling128Causal::O_BUFFERS == (\d+)\);", source(path))
@@ -1286,6 +1289,54 @@ def rowsum_fold_11(plt, found):
     save(plt, figure, "11_rowsum_fold.png")
 
 
+def deterministic_sums_11(plt, found):
+    """11: the deterministic mode's dQ as integers: the kernels of a call, and one row's int32."""
+    c = found["11_hopper_backward"]
+    bits = c["FIXED_POINT_BITS"]
+    figure, axis = blank(plt, 13.5, 6.4, 13.5, 7.4)
+    grey = "#8c8c8c"
+    # The call, left to right.
+    flow_box(axis, 0.2, 4.9, 2.3, 1.7, f"K/V bounds kernel\nper head, {c['KV_BOUND_CHUNKS']} chunks of keys:\n"
+             "Kmax = max |K|\nVmax = max |Vⱼ|", KEY_COLOUR, size=7.5)
+    flow_box(axis, 3.0, 4.9, 2.5, 1.7, "preprocess kernel\nδᵢ, LSEᵢ, and per row\n"
+             "boundᵢ = |dOᵢ| (Vmax + |Oᵢ|) Kmax\n"
+             f"sᵢ = 2^({bits - 1} - ⌊log2 boundᵢ⌋)", grey, size=7.5)
+    flow_arrow(axis, (2.5, 5.75), (3.0, 5.75))
+    flow_box(axis, 6.0, 4.9, 3.0, 1.7, "backward kernel, each block:\nconsumer: its 64 × 64 piece of dQ\n"
+             "× sᵢ, rounded to int32 (F2I)\n-> staging; writer:\ncp.reduce.async.bulk .add.s32",
+             QUERY_COLOUR, size=7.5)
+    flow_arrow(axis, (5.5, 5.75), (6.0, 5.75), "sᵢ", offset=(0, 0.05))
+    flow_box(axis, 9.5, 4.9, 1.9, 1.7, "int32 dQ and\nrowsum(dS) in\ndevice memory:\nblocks add in\nany order",
+             STATE_COLOUR, size=7.5)
+    flow_arrow(axis, (9.0, 5.75), (9.5, 5.75))
+    flow_box(axis, 11.8, 4.9, 1.6, 1.7, "convert kernel\n÷ sᵢ (exact),\n- rowsum·mean K,\n· scale -> bf16",
+             grey, size=7.5)
+    flow_arrow(axis, (11.4, 5.75), (11.8, 5.75))
+    axis.text(0.2, 4.35, "Integer addition is associative: the same terms in any order give the same bits, "
+              "so no block waits for another.\nThe K column sums still go per block and are folded in block "
+              "order (a small kernel before the conversion).", fontsize=8, va="top")
+    # One row's int32: where the bound sits.
+    left, width, y, height = 0.9, 11.6, 1.6, 0.7
+    cell = width / 32
+    for bit in range(32):
+        x = left + (31 - bit) * cell
+        colour = "#dddddd" if bit == 31 else ("#f3d9c7" if bit >= bits else "#c9d6ea")
+        axis.add_patch(__import__("matplotlib.patches", fromlist=["Rectangle"]).Rectangle(
+            (x, y), cell, height, facecolor=colour, edgecolor="#666666", linewidth=0.5))
+        if bit in (0, bits - 1, bits, 30, 31):
+            axis.text(x + cell / 2, y - 0.15, str(bit), ha="center", va="top", fontsize=7)
+    axis.text(left + cell / 2, y + height / 2, "±", ha="center", va="center", fontsize=8)
+    axis.text(left + 2 * cell, y + height + 0.12, "headroom ×4", ha="center", va="bottom", fontsize=7.5)
+    axis.text(left + (32 - bits / 2) * cell, y + height + 0.12,
+              f"boundᵢ × sᵢ < 2^{bits}: every partial sum of the row fits here", ha="center", va="bottom",
+              fontsize=7.5)
+    axis.text(left + 31.5 * cell, y - 0.45, "step 1 / sᵢ ≤ boundᵢ / 2^" + str(bits - 1), ha="right", va="top",
+              fontsize=7.5)
+    axis.text(0.2, 3.0, "One query row's dQ in the accumulator (int32):", fontsize=8.5, va="top")
+    axis.set_title("Stage 11's deterministic dQ: a scale per row, then integers", fontsize=10, loc="left")
+    save(plt, figure, "11_deterministic_sums.png")
+
+
 def persistent_block_12(plt, found):
     """12: one block of the persistent grid: who announces the work tiles, who reads them, and
     where Q, K, V come in and O goes out."""
@@ -1385,6 +1436,7 @@ def main():
     backward_flow_11(plt, found)
     backward_turns_11(plt, found)
     rowsum_fold_11(plt, found)
+    deterministic_sums_11(plt, found)
     persistent_block_12(plt, found)
     with open(MANIFEST, "w") as handle:
         json.dump(found, handle, indent=2, sort_keys=True)
