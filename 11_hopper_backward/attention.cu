@@ -638,6 +638,12 @@ struct DqWriter {
 // |dO_i| and its head's bounds on K and V, which backward_kv_bounds_kernel has just found.
 constexpr int PREPROCESS_THREADS = 256;
 
+// Elements 2i and 2i + 1 of eight bf16 read as one 16-byte load.
+__device__ __forceinline__ float2 bf16_pair(const uint4& eight, int i) {
+    const uint32_t word = i == 0 ? eight.x : i == 1 ? eight.y : i == 2 ? eight.z : eight.w;
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&word));
+}
+
 template <int HEAD_DIM, bool FIXED_POINT>
 __global__ void __launch_bounds__(PREPROCESS_THREADS)
 backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ dO,
@@ -675,11 +681,9 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
         if (real) {
             const uint4 o = *reinterpret_cast<const uint4*>(O + row * HEAD_DIM + part * 8);
             const uint4 g = *reinterpret_cast<const uint4*>(dO + row * HEAD_DIM + part * 8);
-            const uint32_t o_pairs[4] = {o.x, o.y, o.z, o.w}, g_pairs[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&o_pairs[i]));
-                const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&g_pairs[i]));
+                const float2 a = bf16_pair(o, i), b = bf16_pair(g, i);
                 sum += a.x * b.x + a.y * b.y;
                 if constexpr (FIXED_POINT) {
                     o_norm2 += a.x * a.x + a.y * a.y;
@@ -708,79 +712,81 @@ backward_preprocess_kernel(const bf16* __restrict__ O, const bf16* __restrict__ 
                 }
                 bounds_head = warp_head;
             }
-            if (part == 0 && padded < padded_rows) {
-                const float rowsum_bound = sqrtf(do_norm2) * (value_norm_max + sqrtf(o_norm2));
-                row_scales[padded] = make_float2(fixed_point_scale(rowsum_bound * key_max),
-                                                 fixed_point_scale(rowsum_bound));
-            }
         }
         if (part == 0 && padded < padded_rows) {
             delta[padded] = sum;
             lse_log2[padded] = real ? lse[row] * LOG2E : 0.0f;
+            if constexpr (FIXED_POINT) {
+                const float rowsum_bound = sqrtf(do_norm2) * (value_norm_max + sqrtf(o_norm2));
+                row_scales[padded] = make_float2(fixed_point_scale(rowsum_bound * key_max),
+                                                 fixed_point_scale(rowsum_bound));
+            }
         }
     }
     if constexpr (!FIXED_POINT) zero();
 }
 
 // Deterministic mode, first of the call's kernels: for each head and each of KV_BOUND_CHUNKS
-// runs of its keys (one block each), the largest |K| element and the largest row norm |V_j|,
-// the Kmax and Vmax of dq_fixed_point.h's bound; the preprocessing takes a head's largest.
+// runs of its keys (an item, one block at a time), the largest |K| element and the largest row
+// norm |V_j|, the Kmax and Vmax of dq_fixed_point.h's bound; the preprocessing takes a head's
+// largest.
 template <int HEAD_DIM>
 __global__ void __launch_bounds__(PREPROCESS_THREADS)
-backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V, int len_kv,
+backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V, int len_kv, int64_t items,
                           float2* __restrict__ kv_bounds) {
     allow_dependent_launch();
     constexpr int ROW_THREADS = HEAD_DIM / 8, ROWS = PREPROCESS_THREADS / ROW_THREADS;
-    const int64_t head = blockIdx.x / KV_BOUND_CHUNKS;
-    const int chunk_keys = ceil_div(len_kv, KV_BOUND_CHUNKS);
-    const int first = int(blockIdx.x % KV_BOUND_CHUNKS) * chunk_keys;
-    const int end = min(len_kv, first + chunk_keys);
     const int part = int(threadIdx.x) % ROW_THREADS;  // elements 8 part .. 8 part + 7 of the row
-    float key_max = 0.0f, value_norm2_max = 0.0f;
-    // Alike for the whole warp (the shuffles need every lane); keys past `end` count as zeros.
-    // UNROLL rows per thread and pass, their loads issued together.
-    constexpr int UNROLL = 4;
-    for (int base = first; base < end; base += UNROLL * ROWS) {
-        uint4 k[UNROLL], v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int key = base + u * ROWS + int(threadIdx.x) / ROW_THREADS;
-            k[u] = v[u] = make_uint4(0, 0, 0, 0);
-            if (key < end) {
-                const int64_t offset = (head * len_kv + key) * HEAD_DIM + part * 8;
-                k[u] = *reinterpret_cast<const uint4*>(K + offset);
-                v[u] = *reinterpret_cast<const uint4*>(V + offset);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const uint32_t k_pairs[4] = {k[u].x, k[u].y, k[u].z, k[u].w}, v_pairs[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-            float value_norm2 = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&k_pairs[i]));
-                const float2 b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v_pairs[i]));
-                key_max = fmaxf(key_max, fmaxf(fabsf(a.x), fabsf(a.y)));
-                value_norm2 += b.x * b.x + b.y * b.y;
-            }
-#pragma unroll
-            for (int offset = ROW_THREADS / 2; offset > 0; offset /= 2)
-                value_norm2 += __shfl_xor_sync(FULL_MASK, value_norm2, offset);
-            value_norm2_max = fmaxf(value_norm2_max, value_norm2);
-        }
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) {
-        key_max = fmaxf(key_max, __shfl_xor_sync(FULL_MASK, key_max, offset));
-        value_norm2_max = fmaxf(value_norm2_max, __shfl_xor_sync(FULL_MASK, value_norm2_max, offset));
-    }
+    const int chunk_keys = ceil_div(len_kv, KV_BOUND_CHUNKS);
     __shared__ float2 warp_max[PREPROCESS_THREADS / 32];
-    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = make_float2(key_max, value_norm2_max);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        for (int w = 1; w < PREPROCESS_THREADS / 32; ++w)
-            key_max = fmaxf(key_max, warp_max[w].x), value_norm2_max = fmaxf(value_norm2_max, warp_max[w].y);
-        kv_bounds[blockIdx.x] = make_float2(key_max, sqrtf(value_norm2_max));
+    for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+        const int64_t head = item / KV_BOUND_CHUNKS;
+        const int first = int(item % KV_BOUND_CHUNKS) * chunk_keys;
+        const int end = min(len_kv, first + chunk_keys);
+        float key_max = 0.0f, value_norm2_max = 0.0f;
+        // Alike for the whole warp (the shuffles need every lane); keys past `end` count as
+        // zeros. UNROLL rows per thread and pass, their loads issued together.
+        constexpr int UNROLL = 4;
+        for (int base = first; base < end; base += UNROLL * ROWS) {
+            uint4 k[UNROLL], v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int key = base + u * ROWS + int(threadIdx.x) / ROW_THREADS;
+                k[u] = v[u] = make_uint4(0, 0, 0, 0);
+                if (key < end) {
+                    const int64_t offset = (head * len_kv + key) * HEAD_DIM + part * 8;
+                    k[u] = *reinterpret_cast<const uint4*>(K + offset);
+                    v[u] = *reinterpret_cast<const uint4*>(V + offset);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                float value_norm2 = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float2 a = bf16_pair(k[u], i), b = bf16_pair(v[u], i);
+                    key_max = fmaxf(key_max, fmaxf(fabsf(a.x), fabsf(a.y)));
+                    value_norm2 += b.x * b.x + b.y * b.y;
+                }
+#pragma unroll
+                for (int offset = ROW_THREADS / 2; offset > 0; offset /= 2)
+                    value_norm2 += __shfl_xor_sync(FULL_MASK, value_norm2, offset);
+                value_norm2_max = fmaxf(value_norm2_max, value_norm2);
+            }
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) {
+            key_max = fmaxf(key_max, __shfl_xor_sync(FULL_MASK, key_max, offset));
+            value_norm2_max = fmaxf(value_norm2_max, __shfl_xor_sync(FULL_MASK, value_norm2_max, offset));
+        }
+        if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = make_float2(key_max, value_norm2_max);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < PREPROCESS_THREADS / 32; ++w)
+                key_max = fmaxf(key_max, warp_max[w].x), value_norm2_max = fmaxf(value_norm2_max, warp_max[w].y);
+            kv_bounds[item] = make_float2(key_max, sqrtf(value_norm2_max));
+        }
+        __syncthreads();  // warp_max is read before the next item writes it
     }
 }
 
@@ -1685,8 +1691,9 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
         sums.row_scales = reinterpret_cast<const float2*>(scratch + layout.row_scales_offset);
         kv_bounds = reinterpret_cast<const float2*>(scratch + layout.kv_bounds_offset);
         // Kmax and Vmax of each head, in KV_BOUND_CHUNKS parts, for the preprocessing's scales.
-        backward_kv_bounds_kernel<HEAD_DIM><<<unsigned(int64_t(batch_heads) * KV_BOUND_CHUNKS), PREPROCESS_THREADS, 0,
-                                             stream>>>(k, v, shape.len_kv, const_cast<float2*>(kv_bounds));
+        const int64_t items = int64_t(batch_heads) * KV_BOUND_CHUNKS;
+        backward_kv_bounds_kernel<HEAD_DIM><<<unsigned(std::min<int64_t>(items, 65536)), PREPROCESS_THREADS, 0, stream>>>(
+            k, v, shape.len_kv, items, const_cast<float2*>(kv_bounds));
         CUDA_CHECK_LAUNCH();
     }
 
