@@ -558,6 +558,17 @@ struct DeterministicSums {
     float* key_partials;       // [head][key block][consumer][HEAD_DIM]: K column sums
 };
 
+// By default the conversion of dQ (backward_convert_dq_kernel) runs beside the main kernel's
+// last blocks and converts each head as soon as its sums are whole. head_done[head] counts what
+// the head's blocks have finished: each consumer once its K column sums are added, each dQ writer
+// once its last reduce-add has completed (HEAD_ARRIVALS a block). In the zeroed part of the
+// workspace.
+struct ConversionProgress {
+    uint32_t* head_done;  // [batch x heads]
+};
+template <class Config>
+constexpr uint32_t HEAD_ARRIVALS = 2 * Config::CONSUMERS;
+
 // setmaxnreg moves registers between the warpgroups within what the block was given at launch,
 // 168 x 384 (__launch_bounds__): an increase beyond it would wait forever.
 template <class Config>
@@ -798,48 +809,69 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
 // bulk reduce-add. This kernel puts the rows back in order, scales and rounds them, and
 // subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
 // inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
-// row_tiles of them per head. FIXED_POINT (the deterministic mode): the accumulator and the row
-// sums hold integers, each row's scaled by its row_scales (dq_fixed_point.h), undone here exactly.
+// row_tiles of them per head, a block for each.
+// By default it is launched while the main kernel's last blocks still run (on the SMs they leave
+// idle): a tile's head is converted once its blocks have counted HEAD_ARRIVALS each in
+// head_done (ConversionProgress), so that only the last heads wait for the grid's end.
+// FIXED_POINT (the deterministic mode): the accumulator and the row sums hold integers, each
+// row's scaled by its row_scales (dq_fixed_point.h), undone here exactly; it runs after the fold
+// of the K column sums, and waits for it first.
+constexpr int CONVERT_THREADS = 256;
+
 template <int HEAD_DIM, bool FIXED_POINT>
-__global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumulator,
-                                           const float* __restrict__ ds_rowsum,
-                                           const float* __restrict__ key_sum,
-                                           bf16* __restrict__ dQ, int64_t float4s, int len_q,
-                                           int row_tiles, float inverse_len_kv, float scale,
-                                           const float2* __restrict__ row_scales) {
+__global__ void __launch_bounds__(CONVERT_THREADS)
+backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float* __restrict__ ds_rowsum,
+                           const float* __restrict__ key_sum, bf16* __restrict__ dQ, int len_q, int row_tiles,
+                           float inverse_len_kv, float scale, const float2* __restrict__ row_scales,
+                           ConversionProgress progress, uint32_t head_arrivals) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
-    wait_for_prior_grid();  // launched while the main kernel's last blocks still run
-    for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
-         f += int64_t(gridDim.x) * blockDim.x) {
-        const int64_t tile = f / TILE_FLOAT4S;
-        const int within = int(f % TILE_FLOAT4S);
+    constexpr int PER_THREAD = TILE_FLOAT4S / CONVERT_THREADS;
+    static_assert(TILE_FLOAT4S % CONVERT_THREADS == 0, "whole float4s per thread");
+    using Word = std::conditional_t<FIXED_POINT, int4, float4>;
+    if constexpr (FIXED_POINT) {
+        wait_for_prior_grid();  // the fold kernel's K column sums
+    } else {
+        if (threadIdx.x == 0)  // the tile's head: every block has counted
+            while (load_acquire_gpu(progress.head_done + blockIdx.x / row_tiles) < head_arrivals) __nanosleep(256);
+        __syncthreads();  // orders the acquire before every thread's loads below
+    }
+    const int tile = int(blockIdx.x);
+    const int64_t head = tile / row_tiles;
+    const int first_row = (tile % row_tiles) * 64;
+    // Every load of the tile first (the sums were made in L2 by other blocks: .cg, past L1).
+    Word words[PER_THREAD];
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k)
+        words[k] = __ldcg(reinterpret_cast<const Word*>(dq_accumulator) + int64_t(tile) * TILE_FLOAT4S +
+                          int(threadIdx.x) + k * CONVERT_THREADS);
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k) {
+        const int within = int(threadIdx.x) + k * CONVERT_THREADS;
         const int part = within / 1024, rest = within % 1024;
         const int warp = rest / 256;
         const int i = rest / 32 % 8;
         const int lane = rest % 32;
-        const int64_t head = tile / row_tiles;
-        const int row = int(tile % row_tiles) * 64 + warp * 16 + lane / 4;
+        const int row = first_row + warp * 16 + lane / 4;  // in the head's padded rows
         const int column = part * 64 + i * 8 + 2 * (lane % 4);
         const float* rowsum = ds_rowsum + head * row_tiles * 64;
         float4 value;
         float rowsum0, rowsum8;  // rows `row` and row + 8
         if constexpr (FIXED_POINT) {
-            const int4 sums = reinterpret_cast<const int4*>(dq_accumulator)[f];
             const float2 scale0 = row_scales[head * row_tiles * 64 + row];
             const float2 scale8 = row_scales[head * row_tiles * 64 + row + 8];
             const float unscale0 = 1.0f / scale0.x, unscale8 = 1.0f / scale8.x;  // powers of two: exact
-            value = make_float4(float(sums.x) * unscale0, float(sums.y) * unscale0, float(sums.z) * unscale8,
-                                float(sums.w) * unscale8);
+            value = make_float4(float(words[k].x) * unscale0, float(words[k].y) * unscale0,
+                                float(words[k].z) * unscale8, float(words[k].w) * unscale8);
             const int* rowsum_sums = reinterpret_cast<const int*>(rowsum);
-            rowsum0 = float(rowsum_sums[row]) * (1.0f / scale0.y);
-            rowsum8 = float(rowsum_sums[row + 8]) * (1.0f / scale8.y);
+            rowsum0 = float(__ldcg(rowsum_sums + row)) * (1.0f / scale0.y);
+            rowsum8 = float(__ldcg(rowsum_sums + row + 8)) * (1.0f / scale8.y);
         } else {
-            value = reinterpret_cast<const float4*>(dq_accumulator)[f];
-            rowsum0 = rowsum[row];
-            rowsum8 = rowsum[row + 8];
+            value = words[k];
+            rowsum0 = __ldcg(rowsum + row);
+            rowsum8 = __ldcg(rowsum + row + 8);
         }
-        const float mean0 = key_sum[head * HEAD_DIM + column] * inverse_len_kv;
-        const float mean1 = key_sum[head * HEAD_DIM + column + 1] * inverse_len_kv;
+        const float mean0 = __ldcg(key_sum + head * HEAD_DIM + column) * inverse_len_kv;
+        const float mean1 = __ldcg(key_sum + head * HEAD_DIM + column + 1) * inverse_len_kv;
         if (row < len_q)
             *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row) * HEAD_DIM + column) =
                 __floats2bfloat162_rn((value.x - rowsum0 * mean0) * scale, (value.y - rowsum0 * mean1) * scale);
@@ -847,6 +879,9 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
             *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row + 8) * HEAD_DIM + column) =
                 __floats2bfloat162_rn((value.z - rowsum8 * mean0) * scale, (value.w - rowsum8 * mean1) * scale);
     }
+    // By default the main kernel may still be writing dK and dV (its blocks exit once the copy
+    // engine has read them): this grid ends after that one, as the stream's order promises.
+    if constexpr (!FIXED_POINT) wait_for_prior_grid();
 }
 
 // Deterministic mode, between the backward kernel and the conversion: each head's K column sums
@@ -1414,8 +1449,8 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
 template <class Config>
 __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, const CUtensorMap& dk_map,
                                                   const CUtensorMap& dv_map, float* dq_accumulator,
-                                                  float* ds_rowsum, float* key_sum, int len_q, int len_kv,
-                                                  int kv_tiles, float scale, bool causal,
+                                                  float* ds_rowsum, float* key_sum, uint32_t* head_done,
+                                                  int len_q, int len_kv, int kv_tiles, float scale, bool causal,
                                                   DeterministicSums sums) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, STAGES = Config::STAGES;
     constexpr int Q_STEPS = BLOCK_Q / 16;
@@ -1427,6 +1462,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     float dv[HEAD_DIM / 2] = {};
     mbarrier_wait(block.kv_full, 0);
     consumer.add_key_column_sums(key_sum);
+    // By default the warpgroup's sums count in head_done (ConversionProgress): all of its threads
+    // have added theirs before the barrier that ends add_key_column_sums.
+    if constexpr (!Config::DETERMINISTIC)
+        if (threadIdx.x % 128 == 0) red_release_gpu_add(head_done + block.head, 1);
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
@@ -1500,10 +1539,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 // tile of the block's walk, in the order the consumer hands its pieces over (consumer 0 each a
 // step late, in the same order), it waits until the consumer has staged the piece, lets the copy
 // engine add it (in deterministic mode as integers), and frees the staging tiles once the copy
-// has read them.
+// has read them. By default it then waits until its last add has completed and counts it in
+// head_done (ConversionProgress).
 template <class Config>
 __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consumer, float* dq_accumulator,
-                                         float* ds_rowsum) {
+                                         float* ds_rowsum, uint32_t* head_done) {
     using Shared = BackwardSharedLayout<Config>;
     const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
     const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES);
@@ -1525,6 +1565,11 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
         bulk_wait_read<0>();
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
     }
+    if constexpr (!Config::DETERMINISTIC) {  // the conversion may read the sums (ConversionProgress)
+        bulk_wait<0>();
+        fence_proxy_async_global();
+        red_release_gpu_add(head_done + block.head, 1);
+    }
 }
 
 // One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
@@ -1535,8 +1580,8 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                       const __grid_constant__ CUtensorMap lse_map, const __grid_constant__ CUtensorMap delta_map,
                       const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                       float* __restrict__ dq_accumulator, float* __restrict__ ds_rowsum,
-                      float* __restrict__ key_sum, int len_q, int len_kv, int kv_tiles,
-                      int q_tiles, float scale, bool causal, const DeterministicSums sums) {
+                      float* __restrict__ key_sum, uint32_t* __restrict__ head_done, int len_q, int len_kv,
+                      int kv_tiles, int q_tiles, float scale, bool causal, const DeterministicSums sums) {
     constexpr int STAGES = Config::STAGES, CONSUMER_WARPS = 4 * Config::CONSUMERS;
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
@@ -1580,12 +1625,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         const int consumer = int(threadIdx.x) / 32 - 1;
         if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
             const int piece_rows = (consumer % Config::Q_SLABS) * 64;  // the piece's rows of each query tile
-            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows);
+            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows, head_done);
         }
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
-    backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
+    backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, head_done, len_q, len_kv,
                               kv_tiles, scale, causal, sums);
 }
 
@@ -1609,13 +1654,15 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
 
 // The workspace, in FP32: per query row (padded to whole tiles) delta and LSE log2 e, then
 // what is summed by atomics and so starts at zero (the preprocessing zeroes it): the dS row sums, the K column sums per head,
-// and the dQ accumulator (64-row blocks of every query tile). Deterministic mode adds, before
+// the conversion's counters (ConversionProgress) and the dQ accumulator (64-row blocks of every
+// query tile). Deterministic mode adds, before
 // the zeroed part, the K column sums per block and consumer, the bounds on K and V per head and
 // chunk of keys, and each query row's two scales (DeterministicSums); its dS row sums and dQ
 // accumulator hold integers in the same places.
 struct BackwardWorkspace {
     size_t delta_offset = 0, lse_offset = 0, key_partials_offset = 0, kv_bounds_offset = 0,
-           row_scales_offset = 0, rowsum_offset = 0, key_sum_offset = 0, dq_offset = 0, total = 0;
+           row_scales_offset = 0, rowsum_offset = 0, key_sum_offset = 0, progress_offset = 0, dq_offset = 0,
+           total = 0;
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
         const size_t block_q = shape.head_dim == 64 ? BackwardTiling<64>::BLOCK_Q : BackwardTiling<128>::BLOCK_Q;
@@ -1633,7 +1680,8 @@ struct BackwardWorkspace {
         row_scales_offset = kv_bounds_offset + (deterministic ? bytes(2 * heads * KV_BOUND_CHUNKS) : 0);
         rowsum_offset = row_scales_offset + (deterministic ? bytes(2 * padded_rows) : 0);
         key_sum_offset = rowsum_offset + bytes(padded_rows);
-        dq_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
+        progress_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
+        dq_offset = progress_offset + bytes(heads);
         total = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
     }
 };
@@ -1683,6 +1731,8 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     float* ds_rowsum = reinterpret_cast<float*>(scratch + layout.rowsum_offset);
     float* key_sum = reinterpret_cast<float*>(scratch + layout.key_sum_offset);
     float* dq_accumulator = reinterpret_cast<float*>(scratch + layout.dq_offset);
+    uint32_t* head_done = reinterpret_cast<uint32_t*>(scratch + layout.progress_offset);
+    const ConversionProgress progress{head_done};
     const int64_t padded_rows = int64_t(batch_heads) * q_tiles * Config::BLOCK_Q;
     DeterministicSums sums{};  // all null in the default mode
     const float2* kv_bounds = nullptr;
@@ -1724,7 +1774,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                     int(Shared::BYTES)));
     const ProgrammaticLaunch main_launch(unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream);
     CUDA_CHECK(cudaLaunchKernelEx(&main_launch.config, kernel, q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map,
-                                  dq_accumulator, ds_rowsum, key_sum, shape.len_q, shape.len_kv, kv_tiles,
+                                  dq_accumulator, ds_rowsum, key_sum, head_done, shape.len_q, shape.len_kv, kv_tiles,
                                   q_tiles, shape.softmax_scale(), shape.causal, sums));
 
     if (DETERMINISTIC) {
@@ -1737,16 +1787,18 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
 
     // The convert kernel's c is key_sum * (1 / len_kv), the mean of this call's keys; a caller's
     // key_centre takes its place as it is (times 1, exact), so both run the one kernel. The sums
-    // of the call's keys are still made, and no longer read.
-    const int64_t float4s = padded_rows * HEAD_DIM / 4;
-    const int convert_blocks = int(std::min<int64_t>((float4s + 255) / 256, 65536));
-    const ProgrammaticLaunch convert_launch(unsigned(convert_blocks), 256, 0, stream);
-    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC>,
-                                  static_cast<const float*>(dq_accumulator), static_cast<const float*>(ds_rowsum),
-                                  static_cast<const float*>(key_centre ? key_centre : key_sum), dq, float4s,
-                                  shape.len_q, q_tiles * Config::Q_SLABS,
-                                  key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale(),
-                                  sums.row_scales));
+    // of the call's keys are still made, and no longer read. A block per 64 rows; by default the
+    // first start on the SMs that the main kernel's last blocks leave idle.
+    auto convert = backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC>;
+    const int row_tiles = q_tiles * Config::Q_SLABS;
+    const int convert_blocks = batch_heads * row_tiles;  // padded_rows / 64 < 2^31 (refused above)
+    const ProgrammaticLaunch convert_launch(unsigned(convert_blocks), CONVERT_THREADS, 0, stream);
+    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, convert, static_cast<const float*>(dq_accumulator),
+                                  static_cast<const float*>(ds_rowsum),
+                                  static_cast<const float*>(key_centre ? key_centre : key_sum), dq, shape.len_q,
+                                  row_tiles, key_centre ? 1.0f : 1.0f / float(shape.len_kv),
+                                  shape.softmax_scale(), sums.row_scales, progress,
+                                  kv_tiles * HEAD_ARRIVALS<Config>));
 }
 
 }  // namespace
