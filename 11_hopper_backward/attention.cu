@@ -559,15 +559,12 @@ struct DeterministicSums {
 };
 
 // By default the conversion of dQ (backward_convert_dq_kernel) runs beside the main kernel's
-// last blocks and converts each head as soon as its sums are whole. head_done[head] counts what
-// the head's blocks have finished: each dQ writer
-// once its last reduce-add has completed and its consumer's K column sums are added
-// (HEAD_ARRIVALS a block). In the zeroed part of the workspace.
-struct ConversionProgress {
-    uint32_t* head_done;  // [batch x heads]
-};
+// last blocks and converts each head as soon as its sums are whole. head_done[head] (in the
+// zeroed part of the workspace) counts what the head's blocks have finished: each consumer once
+// its K column sums are added, each dQ writer once its last reduce-add has completed,
+// HEAD_ARRIVALS a block.
 template <class Config>
-constexpr uint32_t HEAD_ARRIVALS = Config::CONSUMERS;
+constexpr uint32_t HEAD_ARRIVALS = 2 * Config::CONSUMERS;
 
 // setmaxnreg moves registers between the warpgroups within what the block was given at launch,
 // 168 x 384 (__launch_bounds__): an increase beyond it would wait forever.
@@ -603,13 +600,13 @@ struct BackwardSharedLayout {
     // and each consumer's copy of the sums, [CONSUMERS][BLOCK_Q].
     static constexpr size_t DELTA_PARTIALS = DELTA_ROWS + Config::STAGES * Config::ROW_BYTES;
     static constexpr size_t EXACT_DELTA = DELTA_PARTIALS + 2 * 4 * Config::CONSUMERS * Config::ROW_BYTES;
-    // Each consumer's three mbarriers with its dQ writer, `staged`, `free` and `key_sums`
-    // ([3][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
+    // Each consumer's two mbarriers with its dQ writer, `staged` then `free`
+    // ([2][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
     // registers, need not hold their addresses.
     static constexpr size_t DQ_WRITER = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES;
     // The dynamic shared memory to ask for: the regions and up to 1024 bytes of rounding the base.
     static constexpr size_t BYTES =
-        DQ_WRITER + 3 * Config::CONSUMERS * sizeof(uint64_t) + 1024;
+        DQ_WRITER + 2 * Config::CONSUMERS * sizeof(uint64_t) + 1024;
 
     // wgmma's operands start on the swizzle atom (1024 bytes), the FP32 rows where TMA may
     // write them and the copy engine read them (128 bytes).
@@ -627,8 +624,7 @@ struct BackwardSharedLayout {
 // The mbarriers of a consumer and its dQ writer (write_dq_in_order), in the
 // shared memory at BackwardSharedLayout::DQ_WRITER. `staged` completes a phase when all 128
 // threads of the consumer have stored a piece of dQ in its staging tile; `free` when the
-// writer's reduce-add has read it; `key_sums` (one phase, by default only) when the consumer's
-// K column sums are added.
+// writer's reduce-add has read it.
 template <class Config>
 struct DqWriter {
     static __device__ __forceinline__ uint64_t* staged(unsigned char* base, int consumer) {
@@ -636,9 +632,6 @@ struct DqWriter {
     }
     static __device__ __forceinline__ uint64_t* free(unsigned char* base, int consumer) {
         return staged(base, Config::CONSUMERS + consumer);
-    }
-    static __device__ __forceinline__ uint64_t* key_sums(unsigned char* base, int consumer) {
-        return staged(base, 2 * Config::CONSUMERS + consumer);
     }
 };
 
@@ -814,9 +807,10 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
 // subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
 // inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
 // row_tiles of them per head, a block for each.
-// By default it is launched while the main kernel's last blocks still run (on the SMs they leave
-// idle): a tile's head is converted once its blocks have counted HEAD_ARRIVALS each in
-// head_done (ConversionProgress), so that only the last heads wait for the grid's end.
+// By default it is launched while the main kernel's last blocks still run, and its blocks start,
+// in order, on the SMs those leave idle: a tile is converted once its head's blocks have counted
+// HEAD_ARRIVALS each in head_done (the main kernel's heads end in order too), so that only the
+// last heads wait for the grid's end.
 // FIXED_POINT (the deterministic mode): the accumulator and the row sums hold integers, each
 // row's scaled by its row_scales (dq_fixed_point.h), undone here exactly; it runs after the fold
 // of the K column sums, and waits for it first.
@@ -827,7 +821,7 @@ __global__ void __launch_bounds__(CONVERT_THREADS)
 backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float* __restrict__ ds_rowsum,
                            const float* __restrict__ key_sum, bf16* __restrict__ dQ, int len_q, int row_tiles,
                            float inverse_len_kv, float scale, const float2* __restrict__ row_scales,
-                           ConversionProgress progress, uint32_t head_arrivals) {
+                           const uint32_t* head_done, uint32_t head_arrivals) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
     constexpr int PER_THREAD = TILE_FLOAT4S / CONVERT_THREADS;
     static_assert(TILE_FLOAT4S % CONVERT_THREADS == 0, "whole float4s per thread");
@@ -836,7 +830,7 @@ backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float
         wait_for_prior_grid();  // the fold kernel's K column sums
     } else {
         if (threadIdx.x == 0)  // the tile's head: every block has counted
-            while (load_acquire_gpu(progress.head_done + blockIdx.x / row_tiles) < head_arrivals) __nanosleep(256);
+            while (load_acquire_gpu(head_done + blockIdx.x / row_tiles) < head_arrivals) __nanosleep(256);
         __syncthreads();  // orders the acquire before every thread's loads below
     }
     const int tile = int(blockIdx.x);
@@ -884,8 +878,7 @@ backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float
                 __floats2bfloat162_rn((value.z - rowsum8 * mean0) * scale, (value.w - rowsum8 * mean1) * scale);
     }
     // By default the main kernel may still be writing dK and dV (its blocks exit once the copy
-    // engine has read them): this grid ends after that one, as the stream's order promises. One
-    // block waits, the last to start (each waiting block would keep its SM from the next ones).
+    // engine has read them): this grid ends after that one, as the stream's order promises.
     if constexpr (!FIXED_POINT)
         if (blockIdx.x == gridDim.x - 1) wait_for_prior_grid();
 }
@@ -1455,7 +1448,8 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
 template <class Config>
 __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, const CUtensorMap& dk_map,
                                                   const CUtensorMap& dv_map, float* dq_accumulator,
-                                                  float* ds_rowsum, float* key_sum, int len_q, int len_kv, int kv_tiles, float scale, bool causal,
+                                                  float* ds_rowsum, float* key_sum, uint32_t* head_done,
+                                                  int len_q, int len_kv, int kv_tiles, float scale, bool causal,
                                                   DeterministicSums sums) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, STAGES = Config::STAGES;
     constexpr int Q_STEPS = BLOCK_Q / 16;
@@ -1467,10 +1461,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     float dv[HEAD_DIM / 2] = {};
     mbarrier_wait(block.kv_full, 0);
     consumer.add_key_column_sums(key_sum);
-    // By default the dQ writer counts the warpgroup's sums in head_done (ConversionProgress) at
-    // its end: all 128 threads have added theirs before the barrier that ends add_key_column_sums.
+    // By default the warpgroup's sums count in head_done (HEAD_ARRIVALS): all of its threads have
+    // added theirs before the barrier that ends add_key_column_sums.
     if constexpr (!Config::DETERMINISTIC)
-        if (threadIdx.x % 128 == 0) mbarrier_arrive(DqWriter<Config>::key_sums(block.base, block.warpgroup));
+        if (threadIdx.x % 128 == 0) red_release_gpu_add(head_done + block.head, 1);
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
@@ -1544,8 +1538,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 // tile of the block's walk, in the order the consumer hands its pieces over (consumer 0 each a
 // step late, in the same order), it waits until the consumer has staged the piece, lets the copy
 // engine add it (in deterministic mode as integers), and frees the staging tiles once the copy
-// has read them. By default it then waits until its last add has completed and counts its
-// consumer's sums in head_done (ConversionProgress).
+// has read them. By default it then waits until its last add has completed and counts it in
+// head_done (HEAD_ARRIVALS).
 template <class Config>
 __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consumer, float* dq_accumulator,
                                          float* ds_rowsum, uint32_t* head_done) {
@@ -1570,8 +1564,7 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
         bulk_wait_read<0>();
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
     }
-    if constexpr (!Config::DETERMINISTIC) {  // the conversion may read the sums (ConversionProgress)
-        mbarrier_wait(DqWriter<Config>::key_sums(block.base, consumer), 0);
+    if constexpr (!Config::DETERMINISTIC) {  // the conversion may read the sums once the head's all count
         bulk_wait<0>();
         fence_proxy_async_global();
         red_release_gpu_add(head_done + block.head, 1);
@@ -1615,7 +1608,6 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
             mbarrier_init(DqWriter<Config>::staged(base, consumer), 128);
             mbarrier_init(DqWriter<Config>::free(base, consumer), 1);
-            mbarrier_init(DqWriter<Config>::key_sums(base, consumer), 1);
         }
         fence_barrier_init();
     }
@@ -1637,7 +1629,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
-    backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
+    backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, head_done, len_q, len_kv,
                               kv_tiles, scale, causal, sums);
 }
 
@@ -1661,14 +1653,14 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
 
 // The workspace, in FP32: per query row (padded to whole tiles) delta and LSE log2 e, then
 // what is summed by atomics and so starts at zero (the preprocessing zeroes it): the dS row sums, the K column sums per head,
-// the conversion's counters (ConversionProgress) and the dQ accumulator (64-row blocks of every
+// the conversion's counters (head_done) and the dQ accumulator (64-row blocks of every
 // query tile). Deterministic mode adds, before
 // the zeroed part, the K column sums per block and consumer, the bounds on K and V per head and
 // chunk of keys, and each query row's two scales (DeterministicSums); its dS row sums and dQ
 // accumulator hold integers in the same places.
 struct BackwardWorkspace {
     size_t delta_offset = 0, lse_offset = 0, key_partials_offset = 0, kv_bounds_offset = 0,
-           row_scales_offset = 0, rowsum_offset = 0, key_sum_offset = 0, progress_offset = 0, dq_offset = 0,
+           row_scales_offset = 0, rowsum_offset = 0, key_sum_offset = 0, head_done_offset = 0, dq_offset = 0,
            total = 0;
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
@@ -1687,8 +1679,8 @@ struct BackwardWorkspace {
         row_scales_offset = kv_bounds_offset + (deterministic ? bytes(2 * heads * KV_BOUND_CHUNKS) : 0);
         rowsum_offset = row_scales_offset + (deterministic ? bytes(2 * padded_rows) : 0);
         key_sum_offset = rowsum_offset + bytes(padded_rows);
-        progress_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
-        dq_offset = progress_offset + bytes(heads);
+        head_done_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
+        dq_offset = head_done_offset + bytes(heads);
         total = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
     }
 };
@@ -1738,8 +1730,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     float* ds_rowsum = reinterpret_cast<float*>(scratch + layout.rowsum_offset);
     float* key_sum = reinterpret_cast<float*>(scratch + layout.key_sum_offset);
     float* dq_accumulator = reinterpret_cast<float*>(scratch + layout.dq_offset);
-    uint32_t* head_done = reinterpret_cast<uint32_t*>(scratch + layout.progress_offset);
-    const ConversionProgress progress{head_done};
+    uint32_t* head_done = reinterpret_cast<uint32_t*>(scratch + layout.head_done_offset);
     const int64_t padded_rows = int64_t(batch_heads) * q_tiles * Config::BLOCK_Q;
     DeterministicSums sums{};  // all null in the default mode
     const float2* kv_bounds = nullptr;
@@ -1804,7 +1795,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                   static_cast<const float*>(ds_rowsum),
                                   static_cast<const float*>(key_centre ? key_centre : key_sum), dq, shape.len_q,
                                   row_tiles, key_centre ? 1.0f : 1.0f / float(shape.len_kv),
-                                  shape.softmax_scale(), sums.row_scales, progress,
+                                  shape.softmax_scale(), sums.row_scales, static_cast<const uint32_t*>(head_done),
                                   kv_tiles * HEAD_ARRIVALS<Config>));
 }
 
