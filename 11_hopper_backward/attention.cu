@@ -558,13 +558,16 @@ struct DeterministicSums {
     float* key_partials;       // [head][key block][consumer][HEAD_DIM]: K column sums
 };
 
-// By default the conversion of dQ (backward_convert_dq_kernel) runs beside the main kernel's
-// last blocks and converts each head as soon as its sums are whole. head_done[head] (in the
-// zeroed part of the workspace) counts what the head's blocks have finished: each consumer once
-// its K column sums are added, each dQ writer once its last reduce-add has completed,
-// HEAD_ARRIVALS a block.
+// By default, where the main kernel's grid takes PROGRESSIVE_MIN_ROUNDS rounds of the GPU or more,
+// the conversion of dQ (backward_convert_dq_kernel) runs beside its last blocks and converts each
+// head as soon as its sums are whole. head_done[head] (in the zeroed part of the workspace) counts
+// the head's dQ writers that are done: the writer's last reduce-add has completed and its
+// consumer's K column sums are added, HEAD_ARRIVALS a block. With fewer rounds every head ends
+// with the grid, there is nothing to convert beside it, and head_done is null: nobody counts and
+// the conversion waits for the grid.
 template <class Config>
-constexpr uint32_t HEAD_ARRIVALS = 2 * Config::CONSUMERS;
+constexpr uint32_t HEAD_ARRIVALS = Config::CONSUMERS;
+constexpr int PROGRESSIVE_MIN_ROUNDS = 3;
 
 // setmaxnreg moves registers between the warpgroups within what the block was given at launch,
 // 168 x 384 (__launch_bounds__): an increase beyond it would wait forever.
@@ -600,13 +603,13 @@ struct BackwardSharedLayout {
     // and each consumer's copy of the sums, [CONSUMERS][BLOCK_Q].
     static constexpr size_t DELTA_PARTIALS = DELTA_ROWS + Config::STAGES * Config::ROW_BYTES;
     static constexpr size_t EXACT_DELTA = DELTA_PARTIALS + 2 * 4 * Config::CONSUMERS * Config::ROW_BYTES;
-    // Each consumer's two mbarriers with its dQ writer, `staged` then `free`
-    // ([2][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
+    // Each consumer's three mbarriers with its dQ writer, `staged`, `free` and `key_sums`
+    // ([3][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
     // registers, need not hold their addresses.
     static constexpr size_t DQ_WRITER = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES;
     // The dynamic shared memory to ask for: the regions and up to 1024 bytes of rounding the base.
     static constexpr size_t BYTES =
-        DQ_WRITER + 2 * Config::CONSUMERS * sizeof(uint64_t) + 1024;
+        DQ_WRITER + 3 * Config::CONSUMERS * sizeof(uint64_t) + 1024;
 
     // wgmma's operands start on the swizzle atom (1024 bytes), the FP32 rows where TMA may
     // write them and the copy engine read them (128 bytes).
@@ -624,7 +627,8 @@ struct BackwardSharedLayout {
 // The mbarriers of a consumer and its dQ writer (write_dq_in_order), in the
 // shared memory at BackwardSharedLayout::DQ_WRITER. `staged` completes a phase when all 128
 // threads of the consumer have stored a piece of dQ in its staging tile; `free` when the
-// writer's reduce-add has read it.
+// writer's reduce-add has read it; `key_sums` (one phase, by default only) when the consumer's
+// K column sums are added.
 template <class Config>
 struct DqWriter {
     static __device__ __forceinline__ uint64_t* staged(unsigned char* base, int consumer) {
@@ -632,6 +636,9 @@ struct DqWriter {
     }
     static __device__ __forceinline__ uint64_t* free(unsigned char* base, int consumer) {
         return staged(base, Config::CONSUMERS + consumer);
+    }
+    static __device__ __forceinline__ uint64_t* key_sums(unsigned char* base, int consumer) {
+        return staged(base, 2 * Config::CONSUMERS + consumer);
     }
 };
 
@@ -807,10 +814,10 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
 // subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
 // inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
 // row_tiles of them per head, a block for each.
-// By default it is launched while the main kernel's last blocks still run, and its blocks start,
-// in order, on the SMs those leave idle: a tile is converted once its head's blocks have counted
-// HEAD_ARRIVALS each in head_done (the main kernel's heads end in order too), so that only the
-// last heads wait for the grid's end.
+// It is launched while the main kernel's last blocks still run. Where head_done is not null, its
+// blocks start, in order, on the SMs those leave idle: a tile is converted once its head's blocks
+// have counted HEAD_ARRIVALS each in head_done (the main kernel's heads end in order too), so that
+// only the last heads wait for the grid's end. Otherwise every block waits for the grid first.
 // FIXED_POINT (the deterministic mode): the accumulator and the row sums hold integers, each
 // row's scaled by its row_scales (dq_fixed_point.h), undone here exactly; it runs after the fold
 // of the K column sums, and waits for it first.
@@ -826,8 +833,8 @@ backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float
     constexpr int PER_THREAD = TILE_FLOAT4S / CONVERT_THREADS;
     static_assert(TILE_FLOAT4S % CONVERT_THREADS == 0, "whole float4s per thread");
     using Word = std::conditional_t<FIXED_POINT, int4, float4>;
-    if constexpr (FIXED_POINT) {
-        wait_for_prior_grid();  // the fold kernel's K column sums
+    if (FIXED_POINT || head_done == nullptr) {
+        wait_for_prior_grid();  // the main kernel, or (FIXED_POINT) the fold of the K column sums
     } else {
         if (threadIdx.x == 0)  // the tile's head: every block has counted
             while (load_acquire_gpu(head_done + blockIdx.x / row_tiles) < head_arrivals) __nanosleep(256);
@@ -877,10 +884,10 @@ backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float
             *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row + 8) * HEAD_DIM + column) =
                 __floats2bfloat162_rn((value.z - rowsum8 * mean0) * scale, (value.w - rowsum8 * mean1) * scale);
     }
-    // By default the main kernel may still be writing dK and dV (its blocks exit once the copy
-    // engine has read them): this grid ends after that one, as the stream's order promises.
-    if constexpr (!FIXED_POINT)
-        if (blockIdx.x == gridDim.x - 1) wait_for_prior_grid();
+    // Beside the main kernel, that one may still be writing dK and dV (its blocks exit once the
+    // copy engine has read them): this grid ends after it, as the stream's order promises. One
+    // block waits, the last to start (each waiting block would keep its SM from the next ones).
+    if (!FIXED_POINT && head_done != nullptr && blockIdx.x == gridDim.x - 1) wait_for_prior_grid();
 }
 
 // Deterministic mode, between the backward kernel and the conversion: each head's K column sums
@@ -1448,8 +1455,8 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
 template <class Config>
 __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, const CUtensorMap& dk_map,
                                                   const CUtensorMap& dv_map, float* dq_accumulator,
-                                                  float* ds_rowsum, float* key_sum, uint32_t* head_done,
-                                                  int len_q, int len_kv, int kv_tiles, float scale, bool causal,
+                                                  float* ds_rowsum, float* key_sum, int len_q, int len_kv,
+                                                  int kv_tiles, float scale, bool causal,
                                                   DeterministicSums sums) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, STAGES = Config::STAGES;
     constexpr int Q_STEPS = BLOCK_Q / 16;
@@ -1461,10 +1468,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     float dv[HEAD_DIM / 2] = {};
     mbarrier_wait(block.kv_full, 0);
     consumer.add_key_column_sums(key_sum);
-    // By default the warpgroup's sums count in head_done (HEAD_ARRIVALS): all of its threads have
-    // added theirs before the barrier that ends add_key_column_sums.
+    // By default the dQ writer counts the warpgroup's sums in head_done (HEAD_ARRIVALS): all 128
+    // threads have added theirs before the barrier that ends add_key_column_sums.
     if constexpr (!Config::DETERMINISTIC)
-        if (threadIdx.x % 128 == 0) red_release_gpu_add(head_done + block.head, 1);
+        if (threadIdx.x % 128 == 0) mbarrier_arrive(DqWriter<Config>::key_sums(block.base, block.warpgroup));
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
@@ -1538,8 +1545,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 // tile of the block's walk, in the order the consumer hands its pieces over (consumer 0 each a
 // step late, in the same order), it waits until the consumer has staged the piece, lets the copy
 // engine add it (in deterministic mode as integers), and frees the staging tiles once the copy
-// has read them. By default it then waits until its last add has completed and counts it in
-// head_done (HEAD_ARRIVALS).
+// has read them. By default, where head_done is not null, it then waits until its last add has
+// completed and its consumer's K column sums are added, and counts itself in head_done.
 template <class Config>
 __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consumer, float* dq_accumulator,
                                          float* ds_rowsum, uint32_t* head_done) {
@@ -1564,11 +1571,13 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
         bulk_wait_read<0>();
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
     }
-    if constexpr (!Config::DETERMINISTIC) {  // the conversion may read the sums once the head's all count
-        bulk_wait<0>();
-        fence_proxy_async_global();
-        red_release_gpu_add(head_done + block.head, 1);
-    }
+    if constexpr (!Config::DETERMINISTIC)
+        if (head_done != nullptr) {  // the conversion may read the sums once the head's writers all count
+            mbarrier_wait(DqWriter<Config>::key_sums(block.base, consumer), 0);
+            bulk_wait<0>();
+            fence_proxy_async_global();
+            red_release_gpu_add(head_done + block.head, 1);
+        }
 }
 
 // One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
@@ -1608,6 +1617,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
             mbarrier_init(DqWriter<Config>::staged(base, consumer), 128);
             mbarrier_init(DqWriter<Config>::free(base, consumer), 1);
+            mbarrier_init(DqWriter<Config>::key_sums(base, consumer), 1);
         }
         fence_barrier_init();
     }
@@ -1629,7 +1639,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
-    backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, head_done, len_q, len_kv,
+    backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
                               kv_tiles, scale, causal, sums);
 }
 
@@ -1730,7 +1740,13 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     float* ds_rowsum = reinterpret_cast<float*>(scratch + layout.rowsum_offset);
     float* key_sum = reinterpret_cast<float*>(scratch + layout.key_sum_offset);
     float* dq_accumulator = reinterpret_cast<float*>(scratch + layout.dq_offset);
-    uint32_t* head_done = reinterpret_cast<uint32_t*>(scratch + layout.head_done_offset);
+    // The conversion beside the main kernel's last rounds, where there are enough of them.
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const bool progressive =
+        !DETERMINISTIC && int64_t(batch_heads) * kv_tiles > int64_t(PROGRESSIVE_MIN_ROUNDS - 1) * sms;
+    uint32_t* head_done = progressive ? reinterpret_cast<uint32_t*>(scratch + layout.head_done_offset) : nullptr;
     const int64_t padded_rows = int64_t(batch_heads) * q_tiles * Config::BLOCK_Q;
     DeterministicSums sums{};  // all null in the default mode
     const float2* kv_bounds = nullptr;
