@@ -823,6 +823,20 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
 // of the K column sums, and waits for it first.
 constexpr int CONVERT_THREADS = 256;
 
+// Where the k-th float4 of a thread's share of a 64-row tile goes: the accumulator holds each
+// 64-column part of the tile as the consumers' fragments left it (4 warps of 16 rows, 8 column
+// groups of 8, a lane's two columns in rows lane / 4 and lane / 4 + 8).
+struct ConvertIndex {
+    int within, row, column;  // the float4 in the tile; its row (in the head's padded rows), column
+    __device__ __forceinline__ ConvertIndex(int k, int first_row) {
+        within = int(threadIdx.x) + k * CONVERT_THREADS;
+        const int part = within / 1024, rest = within % 1024;
+        const int warp = rest / 256, i = rest / 32 % 8, lane = rest % 32;
+        row = first_row + warp * 16 + lane / 4;
+        column = part * 64 + i * 8 + 2 * (lane % 4);
+    }
+};
+
 template <int HEAD_DIM, bool FIXED_POINT>
 __global__ void __launch_bounds__(CONVERT_THREADS)
 backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float* __restrict__ ds_rowsum,
@@ -843,46 +857,50 @@ backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float
     const int tile = int(blockIdx.x);
     const int64_t head = tile / row_tiles;
     const int first_row = (tile % row_tiles) * 64;
-    // Every load of the tile first (the sums were made in L2 by other blocks: .cg, past L1).
+    // Every load of the tile first, then every store: the sums were made in L2 by other blocks
+    // (.cg, past L1), and ptxas keeps such loads behind the stores that precede them, so loads
+    // interleaved with the stores would cost a round trip to L2 per float4.
+    const float* rowsum = ds_rowsum + head * row_tiles * 64;
     Word words[PER_THREAD];
-#pragma unroll
-    for (int k = 0; k < PER_THREAD; ++k)
-        words[k] = __ldcg(reinterpret_cast<const Word*>(dq_accumulator) + int64_t(tile) * TILE_FLOAT4S +
-                          int(threadIdx.x) + k * CONVERT_THREADS);
+    float rowsum0[PER_THREAD], rowsum8[PER_THREAD], mean0[PER_THREAD], mean1[PER_THREAD];
+    float unscale0[PER_THREAD], unscale8[PER_THREAD];  // FIXED_POINT only
 #pragma unroll
     for (int k = 0; k < PER_THREAD; ++k) {
-        const int within = int(threadIdx.x) + k * CONVERT_THREADS;
-        const int part = within / 1024, rest = within % 1024;
-        const int warp = rest / 256;
-        const int i = rest / 32 % 8;
-        const int lane = rest % 32;
-        const int row = first_row + warp * 16 + lane / 4;  // in the head's padded rows
-        const int column = part * 64 + i * 8 + 2 * (lane % 4);
-        const float* rowsum = ds_rowsum + head * row_tiles * 64;
-        float4 value;
-        float rowsum0, rowsum8;  // rows `row` and row + 8
-        if constexpr (FIXED_POINT) {
-            const float2 scale0 = row_scales[head * row_tiles * 64 + row];
-            const float2 scale8 = row_scales[head * row_tiles * 64 + row + 8];
-            const float unscale0 = 1.0f / scale0.x, unscale8 = 1.0f / scale8.x;  // powers of two: exact
-            value = make_float4(float(words[k].x) * unscale0, float(words[k].y) * unscale0,
-                                float(words[k].z) * unscale8, float(words[k].w) * unscale8);
+        const ConvertIndex at(k, first_row);
+        words[k] = __ldcg(reinterpret_cast<const Word*>(dq_accumulator) + int64_t(tile) * TILE_FLOAT4S + at.within);
+        if constexpr (FIXED_POINT) {  // integers, each row's scaled by its row_scales (powers of two: exact)
             const int* rowsum_sums = reinterpret_cast<const int*>(rowsum);
-            rowsum0 = float(__ldcg(rowsum_sums + row)) * (1.0f / scale0.y);
-            rowsum8 = float(__ldcg(rowsum_sums + row + 8)) * (1.0f / scale8.y);
+            const float2 scale0 = row_scales[head * row_tiles * 64 + at.row];
+            const float2 scale8 = row_scales[head * row_tiles * 64 + at.row + 8];
+            unscale0[k] = 1.0f / scale0.x;
+            unscale8[k] = 1.0f / scale8.x;
+            rowsum0[k] = float(__ldcg(rowsum_sums + at.row)) * (1.0f / scale0.y);
+            rowsum8[k] = float(__ldcg(rowsum_sums + at.row + 8)) * (1.0f / scale8.y);
+        } else {
+            rowsum0[k] = __ldcg(rowsum + at.row);
+            rowsum8[k] = __ldcg(rowsum + at.row + 8);
+        }
+        mean0[k] = __ldcg(key_sum + head * HEAD_DIM + at.column) * inverse_len_kv;
+        mean1[k] = __ldcg(key_sum + head * HEAD_DIM + at.column + 1) * inverse_len_kv;
+    }
+#pragma unroll
+    for (int k = 0; k < PER_THREAD; ++k) {
+        const ConvertIndex at(k, first_row);
+        float4 value;
+        if constexpr (FIXED_POINT) {
+            value = make_float4(float(words[k].x) * unscale0[k], float(words[k].y) * unscale0[k],
+                                float(words[k].z) * unscale8[k], float(words[k].w) * unscale8[k]);
         } else {
             value = words[k];
-            rowsum0 = __ldcg(rowsum + row);
-            rowsum8 = __ldcg(rowsum + row + 8);
         }
-        const float mean0 = __ldcg(key_sum + head * HEAD_DIM + column) * inverse_len_kv;
-        const float mean1 = __ldcg(key_sum + head * HEAD_DIM + column + 1) * inverse_len_kv;
-        if (row < len_q)
-            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row) * HEAD_DIM + column) =
-                __floats2bfloat162_rn((value.x - rowsum0 * mean0) * scale, (value.y - rowsum0 * mean1) * scale);
-        if (row + 8 < len_q)
-            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row + 8) * HEAD_DIM + column) =
-                __floats2bfloat162_rn((value.z - rowsum8 * mean0) * scale, (value.w - rowsum8 * mean1) * scale);
+        if (at.row < len_q)
+            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + at.row) * HEAD_DIM + at.column) =
+                __floats2bfloat162_rn((value.x - rowsum0[k] * mean0[k]) * scale,
+                                      (value.y - rowsum0[k] * mean1[k]) * scale);
+        if (at.row + 8 < len_q)
+            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + at.row + 8) * HEAD_DIM + at.column) =
+                __floats2bfloat162_rn((value.z - rowsum8[k] * mean0[k]) * scale,
+                                      (value.w - rowsum8[k] * mean1[k]) * scale);
     }
     // Beside the main kernel, that one may still be writing dK and dV (its blocks exit once the
     // copy engine has read them): this grid ends after it, as the stream's order promises. One
