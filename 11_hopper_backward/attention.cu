@@ -813,99 +813,78 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
 // bulk reduce-add. This kernel puts the rows back in order, scales and rounds them, and
 // subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
 // inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
-// row_tiles of them per head, a block for each.
+// row_tiles of them per head; a thread converts a float4.
 // It is launched while the main kernel's last blocks still run. Where head_done is not null, its
-// blocks start, in order, on the SMs those leave idle: a tile is converted once its head's blocks
-// have counted HEAD_ARRIVALS each in head_done (the main kernel's heads end in order too), so that
-// only the last heads wait for the grid's end. Otherwise every block waits for the grid first.
+// blocks start, in order, on the SMs those leave idle: a block's float4s are converted once their
+// head's blocks have counted HEAD_ARRIVALS each in head_done (the main kernel's heads end in
+// order too), so that only the last heads wait for the grid's end. Otherwise every block waits
+// for the grid first. Small blocks, as the SMs left idle by a short grid hold the first of them
+// and convert their share alone once the grid ends.
 // FIXED_POINT (the deterministic mode): the accumulator and the row sums hold integers, each
 // row's scaled by its row_scales (dq_fixed_point.h), undone here exactly; it runs after the fold
 // of the K column sums, and waits for it first.
 constexpr int CONVERT_THREADS = 256;
 
-// Where the k-th float4 of a thread's share of a 64-row tile goes: the accumulator holds each
-// 64-column part of the tile as the consumers' fragments left it (4 warps of 16 rows, 8 column
-// groups of 8, a lane's two columns in rows lane / 4 and lane / 4 + 8).
-struct ConvertIndex {
-    int within, row, column;  // the float4 in the tile; its row (in the head's padded rows), column
-    __device__ __forceinline__ ConvertIndex(int k, int first_row) {
-        within = int(threadIdx.x) + k * CONVERT_THREADS;
-        const int part = within / 1024, rest = within % 1024;
-        const int warp = rest / 256, i = rest / 32 % 8, lane = rest % 32;
-        row = first_row + warp * 16 + lane / 4;
-        column = part * 64 + i * 8 + 2 * (lane % 4);
-    }
-};
-
 template <int HEAD_DIM, bool FIXED_POINT>
 __global__ void __launch_bounds__(CONVERT_THREADS)
 backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float* __restrict__ ds_rowsum,
-                           const float* __restrict__ key_sum, bf16* __restrict__ dQ, int len_q, int row_tiles,
-                           float inverse_len_kv, float scale, const float2* __restrict__ row_scales,
+                           const float* __restrict__ key_sum, bf16* __restrict__ dQ, int64_t float4s, int len_q,
+                           int row_tiles, float inverse_len_kv, float scale, const float2* __restrict__ row_scales,
                            const uint32_t* head_done, uint32_t head_arrivals) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
-    constexpr int PER_THREAD = TILE_FLOAT4S / CONVERT_THREADS;
-    static_assert(TILE_FLOAT4S % CONVERT_THREADS == 0, "whole float4s per thread");
-    using Word = std::conditional_t<FIXED_POINT, int4, float4>;
-    if (FIXED_POINT || head_done == nullptr) {
-        wait_for_prior_grid();  // the main kernel, or (FIXED_POINT) the fold of the K column sums
-    } else {
-        if (threadIdx.x == 0)  // the tile's head: every block has counted
-            while (load_acquire_gpu(head_done + blockIdx.x / row_tiles) < head_arrivals) __nanosleep(256);
-        __syncthreads();  // orders the acquire before every thread's loads below
-    }
-    const int tile = int(blockIdx.x);
-    const int64_t head = tile / row_tiles;
-    const int first_row = (tile % row_tiles) * 64;
-    // Every load of the tile first, then every store: the sums were made in L2 by other blocks
-    // (.cg, past L1), and ptxas keeps such loads behind the stores that precede them, so loads
-    // interleaved with the stores would cost a round trip to L2 per float4.
-    const float* rowsum = ds_rowsum + head * row_tiles * 64;
-    Word words[PER_THREAD];
-    float rowsum0[PER_THREAD], rowsum8[PER_THREAD], mean0[PER_THREAD], mean1[PER_THREAD];
-    float unscale0[PER_THREAD], unscale8[PER_THREAD];  // FIXED_POINT only
-#pragma unroll
-    for (int k = 0; k < PER_THREAD; ++k) {
-        const ConvertIndex at(k, first_row);
-        words[k] = __ldcg(reinterpret_cast<const Word*>(dq_accumulator) + int64_t(tile) * TILE_FLOAT4S + at.within);
-        if constexpr (FIXED_POINT) {  // integers, each row's scaled by its row_scales (powers of two: exact)
-            const int* rowsum_sums = reinterpret_cast<const int*>(rowsum);
-            const float2 scale0 = row_scales[head * row_tiles * 64 + at.row];
-            const float2 scale8 = row_scales[head * row_tiles * 64 + at.row + 8];
-            unscale0[k] = 1.0f / scale0.x;
-            unscale8[k] = 1.0f / scale8.x;
-            rowsum0[k] = float(__ldcg(rowsum_sums + at.row)) * (1.0f / scale0.y);
-            rowsum8[k] = float(__ldcg(rowsum_sums + at.row + 8)) * (1.0f / scale8.y);
-        } else {
-            rowsum0[k] = __ldcg(rowsum + at.row);
-            rowsum8[k] = __ldcg(rowsum + at.row + 8);
+    static_assert(TILE_FLOAT4S % CONVERT_THREADS == 0, "a block's float4s in one tile");
+    const bool beside = !FIXED_POINT && head_done != nullptr;  // the main kernel may still be running
+    // Beside the main kernel the sums are still being made in L2 by other blocks: loads past L1
+    // (.cg). Otherwise they are final and read through the read-only path, as any input.
+    const auto load = [beside](const auto* address) { return beside ? __ldcg(address) : __ldg(address); };
+    if (!beside) wait_for_prior_grid();  // the main kernel, or (FIXED_POINT) the fold of the K column sums
+    for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
+         f += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t tile = f / TILE_FLOAT4S;
+        const int64_t head = tile / row_tiles;
+        if (beside) {  // the block's float4s are of one head: wait until its blocks have all counted
+            if (threadIdx.x == 0)
+                while (load_acquire_gpu(head_done + head) < head_arrivals) __nanosleep(256);
+            __syncthreads();  // orders the acquire before every thread's loads below
         }
-        mean0[k] = __ldcg(key_sum + head * HEAD_DIM + at.column) * inverse_len_kv;
-        mean1[k] = __ldcg(key_sum + head * HEAD_DIM + at.column + 1) * inverse_len_kv;
-    }
-#pragma unroll
-    for (int k = 0; k < PER_THREAD; ++k) {
-        const ConvertIndex at(k, first_row);
+        const int within = int(f % TILE_FLOAT4S);
+        const int part = within / 1024, rest = within % 1024;
+        const int warp = rest / 256;
+        const int i = rest / 32 % 8;
+        const int lane = rest % 32;
+        const int row = int(tile % row_tiles) * 64 + warp * 16 + lane / 4;
+        const int column = part * 64 + i * 8 + 2 * (lane % 4);
+        const float* rowsum = ds_rowsum + head * row_tiles * 64;
         float4 value;
+        float rowsum0, rowsum8;  // rows `row` and row + 8
         if constexpr (FIXED_POINT) {
-            value = make_float4(float(words[k].x) * unscale0[k], float(words[k].y) * unscale0[k],
-                                float(words[k].z) * unscale8[k], float(words[k].w) * unscale8[k]);
+            const int4 sums = __ldg(reinterpret_cast<const int4*>(dq_accumulator) + f);
+            const float2 scale0 = row_scales[head * row_tiles * 64 + row];
+            const float2 scale8 = row_scales[head * row_tiles * 64 + row + 8];
+            const float unscale0 = 1.0f / scale0.x, unscale8 = 1.0f / scale8.x;  // powers of two: exact
+            value = make_float4(float(sums.x) * unscale0, float(sums.y) * unscale0, float(sums.z) * unscale8,
+                                float(sums.w) * unscale8);
+            const int* rowsum_sums = reinterpret_cast<const int*>(rowsum);
+            rowsum0 = float(__ldg(rowsum_sums + row)) * (1.0f / scale0.y);
+            rowsum8 = float(__ldg(rowsum_sums + row + 8)) * (1.0f / scale8.y);
         } else {
-            value = words[k];
+            value = load(reinterpret_cast<const float4*>(dq_accumulator) + f);
+            rowsum0 = load(rowsum + row);
+            rowsum8 = load(rowsum + row + 8);
         }
-        if (at.row < len_q)
-            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + at.row) * HEAD_DIM + at.column) =
-                __floats2bfloat162_rn((value.x - rowsum0[k] * mean0[k]) * scale,
-                                      (value.y - rowsum0[k] * mean1[k]) * scale);
-        if (at.row + 8 < len_q)
-            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + at.row + 8) * HEAD_DIM + at.column) =
-                __floats2bfloat162_rn((value.z - rowsum8[k] * mean0[k]) * scale,
-                                      (value.w - rowsum8[k] * mean1[k]) * scale);
+        const float mean0 = load(key_sum + head * HEAD_DIM + column) * inverse_len_kv;
+        const float mean1 = load(key_sum + head * HEAD_DIM + column + 1) * inverse_len_kv;
+        if (row < len_q)
+            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row) * HEAD_DIM + column) =
+                __floats2bfloat162_rn((value.x - rowsum0 * mean0) * scale, (value.y - rowsum0 * mean1) * scale);
+        if (row + 8 < len_q)
+            *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row + 8) * HEAD_DIM + column) =
+                __floats2bfloat162_rn((value.z - rowsum8 * mean0) * scale, (value.w - rowsum8 * mean1) * scale);
     }
     // Beside the main kernel, that one may still be writing dK and dV (its blocks exit once the
     // copy engine has read them): this grid ends after it, as the stream's order promises. One
-    // block waits, the last to start (each waiting block would keep its SM from the next ones).
-    if (!FIXED_POINT && head_done != nullptr && blockIdx.x == gridDim.x - 1) wait_for_prior_grid();
+    // block waits, the last (each waiting block would keep its SM from the next ones).
+    if (beside && blockIdx.x == gridDim.x - 1) wait_for_prior_grid();
 }
 
 // Deterministic mode, between the backward kernel and the conversion: each head's K column sums
@@ -1819,17 +1798,16 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
 
     // The convert kernel's c is key_sum * (1 / len_kv), the mean of this call's keys; a caller's
     // key_centre takes its place as it is (times 1, exact), so both run the one kernel. The sums
-    // of the call's keys are still made, and no longer read. A block per 64 rows; by default the
-    // first start on the SMs that the main kernel's last blocks leave idle.
-    auto convert = backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC>;
-    const int row_tiles = q_tiles * Config::Q_SLABS;
-    const int convert_blocks = batch_heads * row_tiles;  // padded_rows / 64 < 2^31 (refused above)
+    // of the call's keys are still made, and no longer read.
+    const int64_t float4s = padded_rows * HEAD_DIM / 4;
+    const int convert_blocks = int(std::min<int64_t>(float4s / CONVERT_THREADS, 65536));
     const ProgrammaticLaunch convert_launch(unsigned(convert_blocks), CONVERT_THREADS, 0, stream);
-    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, convert, static_cast<const float*>(dq_accumulator),
-                                  static_cast<const float*>(ds_rowsum),
-                                  static_cast<const float*>(key_centre ? key_centre : key_sum), dq, shape.len_q,
-                                  row_tiles, key_centre ? 1.0f : 1.0f / float(shape.len_kv),
-                                  shape.softmax_scale(), sums.row_scales, static_cast<const uint32_t*>(head_done),
+    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC>,
+                                  static_cast<const float*>(dq_accumulator), static_cast<const float*>(ds_rowsum),
+                                  static_cast<const float*>(key_centre ? key_centre : key_sum), dq, float4s,
+                                  shape.len_q, q_tiles * Config::Q_SLABS,
+                                  key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale(),
+                                  sums.row_scales, static_cast<const uint32_t*>(head_done),
                                   kv_tiles * HEAD_ARRIVALS<Config>));
 }
 
