@@ -814,18 +814,19 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
 // subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
 // inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
 // row_tiles of them per head; a thread converts a float4.
-// It is launched while the main kernel's last blocks still run. Where head_done is not null, its
-// blocks start, in order, on the SMs those leave idle: a block's float4s are converted once their
-// head's blocks have counted HEAD_ARRIVALS each in head_done (the main kernel's heads end in
-// order too), so that only the last heads wait for the grid's end. Otherwise every block waits
-// for the grid first. Small blocks, as the SMs left idle by a short grid hold the first of them
-// and convert their share alone once the grid ends.
+// It is launched while the main kernel's last blocks still run. BESIDE (by default, where the
+// main grid takes PROGRESSIVE_MIN_ROUNDS rounds or more): its blocks start, in order, on the SMs
+// those leave idle, and a block's float4s are converted once their head's blocks have counted
+// HEAD_ARRIVALS each in head_done (the main kernel's heads end in order too), so that only the
+// last heads wait for the grid's end. Otherwise every block waits for the grid first. Small
+// blocks, as the SMs that a short grid leaves idle hold the first of them, and those convert
+// their share alone once the grid ends.
 // FIXED_POINT (the deterministic mode): the accumulator and the row sums hold integers, each
 // row's scaled by its row_scales (dq_fixed_point.h), undone here exactly; it runs after the fold
 // of the K column sums, and waits for it first.
 constexpr int CONVERT_THREADS = 256;
 
-template <int HEAD_DIM, bool FIXED_POINT>
+template <int HEAD_DIM, bool FIXED_POINT, bool BESIDE>
 __global__ void __launch_bounds__(CONVERT_THREADS)
 backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float* __restrict__ ds_rowsum,
                            const float* __restrict__ key_sum, bf16* __restrict__ dQ, int64_t float4s, int len_q,
@@ -833,16 +834,18 @@ backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float
                            const uint32_t* head_done, uint32_t head_arrivals) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
     static_assert(TILE_FLOAT4S % CONVERT_THREADS == 0, "a block's float4s in one tile");
-    const bool beside = !FIXED_POINT && head_done != nullptr;  // the main kernel may still be running
+    static_assert(!(FIXED_POINT && BESIDE), "the deterministic conversion runs after the fold");
     // Beside the main kernel the sums are still being made in L2 by other blocks: loads past L1
     // (.cg). Otherwise they are final and read through the read-only path, as any input.
-    const auto load = [beside](const auto* address) { return beside ? __ldcg(address) : __ldg(address); };
-    if (!beside) wait_for_prior_grid();  // the main kernel, or (FIXED_POINT) the fold of the K column sums
+    const auto load = [](const auto* address) {
+        if constexpr (BESIDE) return __ldcg(address); else return __ldg(address);
+    };
+    if constexpr (!BESIDE) wait_for_prior_grid();  // the main kernel, or (FIXED_POINT) the fold of the K column sums
     for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
          f += int64_t(gridDim.x) * blockDim.x) {
         const int64_t tile = f / TILE_FLOAT4S;
         const int64_t head = tile / row_tiles;
-        if (beside) {  // the block's float4s are of one head: wait until its blocks have all counted
+        if constexpr (BESIDE) {  // the block's float4s are of one head: wait until its blocks have all counted
             if (threadIdx.x == 0)
                 while (load_acquire_gpu(head_done + head) < head_arrivals) __nanosleep(256);
             __syncthreads();  // orders the acquire before every thread's loads below
@@ -884,7 +887,7 @@ backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float
     // Beside the main kernel, that one may still be writing dK and dV (its blocks exit once the
     // copy engine has read them): this grid ends after it, as the stream's order promises. One
     // block waits, the last (each waiting block would keep its SM from the next ones).
-    if (beside && blockIdx.x == gridDim.x - 1) wait_for_prior_grid();
+    if (BESIDE && blockIdx.x == gridDim.x - 1) wait_for_prior_grid();
 }
 
 // Deterministic mode, between the backward kernel and the conversion: each head's K column sums
@@ -1802,7 +1805,9 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     const int64_t float4s = padded_rows * HEAD_DIM / 4;
     const int convert_blocks = int(std::min<int64_t>(float4s / CONVERT_THREADS, 65536));
     const ProgrammaticLaunch convert_launch(unsigned(convert_blocks), CONVERT_THREADS, 0, stream);
-    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC>,
+    auto convert = progressive ? backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC, !DETERMINISTIC>
+                               : backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC, false>;
+    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, convert,
                                   static_cast<const float*>(dq_accumulator), static_cast<const float*>(ds_rowsum),
                                   static_cast<const float*>(key_centre ? key_centre : key_sum), dq, float4s,
                                   shape.len_q, q_tiles * Config::Q_SLABS,
