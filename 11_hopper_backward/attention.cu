@@ -558,6 +558,17 @@ struct DeterministicSums {
     float* key_partials;       // [head][key block][consumer][HEAD_DIM]: K column sums
 };
 
+// By default, where the main kernel's grid takes PROGRESSIVE_MIN_ROUNDS rounds of the GPU or more,
+// the conversion of dQ (backward_convert_dq_kernel) runs beside its last blocks and converts each
+// head as soon as its sums are whole. head_done[head] (in the zeroed part of the workspace) counts
+// the head's dQ writers that are done: the writer's last reduce-add has completed and its
+// consumer's K column sums are added, HEAD_ARRIVALS a block. With fewer rounds every head ends
+// with the grid, there is nothing to convert beside it, and head_done is null: nobody counts and
+// the conversion waits for the grid.
+template <class Config>
+constexpr uint32_t HEAD_ARRIVALS = Config::CONSUMERS;
+constexpr int PROGRESSIVE_MIN_ROUNDS = 3;
+
 // setmaxnreg moves registers between the warpgroups within what the block was given at launch,
 // 168 x 384 (__launch_bounds__): an increase beyond it would wait forever.
 template <class Config>
@@ -592,13 +603,13 @@ struct BackwardSharedLayout {
     // and each consumer's copy of the sums, [CONSUMERS][BLOCK_Q].
     static constexpr size_t DELTA_PARTIALS = DELTA_ROWS + Config::STAGES * Config::ROW_BYTES;
     static constexpr size_t EXACT_DELTA = DELTA_PARTIALS + 2 * 4 * Config::CONSUMERS * Config::ROW_BYTES;
-    // Each consumer's two mbarriers with its dQ writer, `staged` then `free`
-    // ([2][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
+    // Each consumer's three mbarriers with its dQ writer, `staged`, `free` and `key_sums`
+    // ([3][CONSUMERS], DqWriter): at a fixed offset from the base, so that the writer, short of
     // registers, need not hold their addresses.
     static constexpr size_t DQ_WRITER = EXACT_DELTA + Config::CONSUMERS * Config::ROW_BYTES;
     // The dynamic shared memory to ask for: the regions and up to 1024 bytes of rounding the base.
     static constexpr size_t BYTES =
-        DQ_WRITER + 2 * Config::CONSUMERS * sizeof(uint64_t) + 1024;
+        DQ_WRITER + 3 * Config::CONSUMERS * sizeof(uint64_t) + 1024;
 
     // wgmma's operands start on the swizzle atom (1024 bytes), the FP32 rows where TMA may
     // write them and the copy engine read them (128 bytes).
@@ -616,7 +627,8 @@ struct BackwardSharedLayout {
 // The mbarriers of a consumer and its dQ writer (write_dq_in_order), in the
 // shared memory at BackwardSharedLayout::DQ_WRITER. `staged` completes a phase when all 128
 // threads of the consumer have stored a piece of dQ in its staging tile; `free` when the
-// writer's reduce-add has read it.
+// writer's reduce-add has read it; `key_sums` (one phase, by default only) when the consumer's
+// K column sums are added.
 template <class Config>
 struct DqWriter {
     static __device__ __forceinline__ uint64_t* staged(unsigned char* base, int consumer) {
@@ -624,6 +636,9 @@ struct DqWriter {
     }
     static __device__ __forceinline__ uint64_t* free(unsigned char* base, int consumer) {
         return staged(base, Config::CONSUMERS + consumer);
+    }
+    static __device__ __forceinline__ uint64_t* key_sums(unsigned char* base, int consumer) {
+        return staged(base, 2 * Config::CONSUMERS + consumer);
     }
 };
 
@@ -798,26 +813,48 @@ backward_kv_bounds_kernel(const bf16* __restrict__ K, const bf16* __restrict__ V
 // bulk reduce-add. This kernel puts the rows back in order, scales and rounds them, and
 // subtracts rowsum(dS) times the mean of K (see `centred dQ` in the kernel below): key_sum times
 // inverse_len_kv, or a caller's key_centre with inverse_len_kv = 1. Here a tile is 64 rows:
-// row_tiles of them per head. FIXED_POINT (the deterministic mode): the accumulator and the row
-// sums hold integers, each row's scaled by its row_scales (dq_fixed_point.h), undone here exactly.
-template <int HEAD_DIM, bool FIXED_POINT>
-__global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumulator,
-                                           const float* __restrict__ ds_rowsum,
-                                           const float* __restrict__ key_sum,
-                                           bf16* __restrict__ dQ, int64_t float4s, int len_q,
-                                           int row_tiles, float inverse_len_kv, float scale,
-                                           const float2* __restrict__ row_scales) {
+// row_tiles of them per head; a thread converts a float4.
+// It is launched while the main kernel's last blocks still run. BESIDE (by default, where the
+// main grid takes PROGRESSIVE_MIN_ROUNDS rounds or more): its blocks start, in order, on the SMs
+// those leave idle, and a block's float4s are converted once their head's blocks have counted
+// HEAD_ARRIVALS each in head_done (the main kernel's heads end in order too), so that only the
+// last heads wait for the grid's end. Otherwise every block waits for the grid first. Small
+// blocks, as the SMs that a short grid leaves idle hold the first of them, and those convert
+// their share alone once the grid ends.
+// FIXED_POINT (the deterministic mode): the accumulator and the row sums hold integers, each
+// row's scaled by its row_scales (dq_fixed_point.h), undone here exactly; it runs after the fold
+// of the K column sums, and waits for it first.
+constexpr int CONVERT_THREADS = 256;
+
+template <int HEAD_DIM, bool FIXED_POINT, bool BESIDE>
+__global__ void __launch_bounds__(CONVERT_THREADS)
+backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float* __restrict__ ds_rowsum,
+                           const float* __restrict__ key_sum, bf16* __restrict__ dQ, int64_t float4s, int len_q,
+                           int row_tiles, float inverse_len_kv, float scale, const float2* __restrict__ row_scales,
+                           const uint32_t* head_done, uint32_t head_arrivals) {
     constexpr int TILE_FLOAT4S = 64 * HEAD_DIM / 4;
-    wait_for_prior_grid();  // launched while the main kernel's last blocks still run
+    static_assert(TILE_FLOAT4S % CONVERT_THREADS == 0, "a block's float4s in one tile");
+    static_assert(!(FIXED_POINT && BESIDE), "the deterministic conversion runs after the fold");
+    // Beside the main kernel the sums are still being made in L2 by other blocks: loads past L1
+    // (.cg). Otherwise they are final and read through the read-only path, as any input.
+    const auto load = [](const auto* address) {
+        if constexpr (BESIDE) return __ldcg(address); else return __ldg(address);
+    };
+    if constexpr (!BESIDE) wait_for_prior_grid();  // the main kernel, or (FIXED_POINT) the fold of the K column sums
     for (int64_t f = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; f < float4s;
          f += int64_t(gridDim.x) * blockDim.x) {
         const int64_t tile = f / TILE_FLOAT4S;
+        const int64_t head = tile / row_tiles;
+        if constexpr (BESIDE) {  // the block's float4s are of one head: wait until its blocks have all counted
+            if (threadIdx.x == 0)
+                while (load_acquire_gpu(head_done + head) < head_arrivals) __nanosleep(256);
+            __syncthreads();  // orders the acquire before every thread's loads below
+        }
         const int within = int(f % TILE_FLOAT4S);
         const int part = within / 1024, rest = within % 1024;
         const int warp = rest / 256;
         const int i = rest / 32 % 8;
         const int lane = rest % 32;
-        const int64_t head = tile / row_tiles;
         const int row = int(tile % row_tiles) * 64 + warp * 16 + lane / 4;
         const int column = part * 64 + i * 8 + 2 * (lane % 4);
         const float* rowsum = ds_rowsum + head * row_tiles * 64;
@@ -834,12 +871,12 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
             rowsum0 = float(rowsum_sums[row]) * (1.0f / scale0.y);
             rowsum8 = float(rowsum_sums[row + 8]) * (1.0f / scale8.y);
         } else {
-            value = reinterpret_cast<const float4*>(dq_accumulator)[f];
-            rowsum0 = rowsum[row];
-            rowsum8 = rowsum[row + 8];
+            value = load(reinterpret_cast<const float4*>(dq_accumulator) + f);
+            rowsum0 = load(rowsum + row);
+            rowsum8 = load(rowsum + row + 8);
         }
-        const float mean0 = key_sum[head * HEAD_DIM + column] * inverse_len_kv;
-        const float mean1 = key_sum[head * HEAD_DIM + column + 1] * inverse_len_kv;
+        const float mean0 = load(key_sum + head * HEAD_DIM + column) * inverse_len_kv;
+        const float mean1 = load(key_sum + head * HEAD_DIM + column + 1) * inverse_len_kv;
         if (row < len_q)
             *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row) * HEAD_DIM + column) =
                 __floats2bfloat162_rn((value.x - rowsum0 * mean0) * scale, (value.y - rowsum0 * mean1) * scale);
@@ -847,6 +884,10 @@ __global__ void backward_convert_dq_kernel(const float* __restrict__ dq_accumula
             *reinterpret_cast<__nv_bfloat162*>(dQ + (head * len_q + row + 8) * HEAD_DIM + column) =
                 __floats2bfloat162_rn((value.z - rowsum8 * mean0) * scale, (value.w - rowsum8 * mean1) * scale);
     }
+    // Beside the main kernel, that one may still be writing dK and dV (its blocks exit once the
+    // copy engine has read them): this grid ends after it, as the stream's order promises. One
+    // block waits, the last (each waiting block would keep its SM from the next ones).
+    if (BESIDE && blockIdx.x == gridDim.x - 1) wait_for_prior_grid();
 }
 
 // Deterministic mode, between the backward kernel and the conversion: each head's K column sums
@@ -1427,6 +1468,10 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     float dv[HEAD_DIM / 2] = {};
     mbarrier_wait(block.kv_full, 0);
     consumer.add_key_column_sums(key_sum);
+    // By default the dQ writer counts the warpgroup's sums in head_done (HEAD_ARRIVALS): all 128
+    // threads have added theirs before the barrier that ends add_key_column_sums.
+    if constexpr (!Config::DETERMINISTIC)
+        if (threadIdx.x % 128 == 0) mbarrier_arrive(DqWriter<Config>::key_sums(block.base, block.warpgroup));
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
@@ -1500,10 +1545,11 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
 // tile of the block's walk, in the order the consumer hands its pieces over (consumer 0 each a
 // step late, in the same order), it waits until the consumer has staged the piece, lets the copy
 // engine add it (in deterministic mode as integers), and frees the staging tiles once the copy
-// has read them.
+// has read them. By default, where head_done is not null, it then waits until its last add has
+// completed and its consumer's K column sums are added, and counts itself in head_done.
 template <class Config>
 __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consumer, float* dq_accumulator,
-                                         float* ds_rowsum) {
+                                         float* ds_rowsum, uint32_t* head_done) {
     using Shared = BackwardSharedLayout<Config>;
     const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
     const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES);
@@ -1525,6 +1571,13 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
         bulk_wait_read<0>();
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
     }
+    if constexpr (!Config::DETERMINISTIC)
+        if (head_done != nullptr) {  // the conversion may read the sums once the head's writers all count
+            mbarrier_wait(DqWriter<Config>::key_sums(block.base, consumer), 0);
+            bulk_wait<0>();
+            fence_proxy_async_global();
+            red_release_gpu_add(head_done + block.head, 1);
+        }
 }
 
 // One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.
@@ -1535,8 +1588,8 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
                       const __grid_constant__ CUtensorMap lse_map, const __grid_constant__ CUtensorMap delta_map,
                       const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                       float* __restrict__ dq_accumulator, float* __restrict__ ds_rowsum,
-                      float* __restrict__ key_sum, int len_q, int len_kv, int kv_tiles,
-                      int q_tiles, float scale, bool causal, const DeterministicSums sums) {
+                      float* __restrict__ key_sum, uint32_t* __restrict__ head_done, int len_q, int len_kv,
+                      int kv_tiles, int q_tiles, float scale, bool causal, const DeterministicSums sums) {
     constexpr int STAGES = Config::STAGES, CONSUMER_WARPS = 4 * Config::CONSUMERS;
     __shared__ uint64_t kv_full;          // K and V have landed
     __shared__ uint64_t q_full[STAGES];   // the stage's Q, dO, LSE and delta have landed
@@ -1564,6 +1617,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         for (int consumer = 0; consumer < Config::CONSUMERS; ++consumer) {
             mbarrier_init(DqWriter<Config>::staged(base, consumer), 128);
             mbarrier_init(DqWriter<Config>::free(base, consumer), 1);
+            mbarrier_init(DqWriter<Config>::key_sums(base, consumer), 1);
         }
         fence_barrier_init();
     }
@@ -1580,7 +1634,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         const int consumer = int(threadIdx.x) / 32 - 1;
         if (threadIdx.x % 32 == 0 && consumer >= 0 && consumer < Config::CONSUMERS) {
             const int piece_rows = (consumer % Config::Q_SLABS) * 64;  // the piece's rows of each query tile
-            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows);
+            write_dq<Config>(block, consumer, dq_accumulator, ds_rowsum + piece_rows, head_done);
         }
         return;
     }
@@ -1609,13 +1663,15 @@ CUtensorMap make_row_map(const float* vector, int64_t count, int box_count) {
 
 // The workspace, in FP32: per query row (padded to whole tiles) delta and LSE log2 e, then
 // what is summed by atomics and so starts at zero (the preprocessing zeroes it): the dS row sums, the K column sums per head,
-// and the dQ accumulator (64-row blocks of every query tile). Deterministic mode adds, before
+// the conversion's counters (head_done) and the dQ accumulator (64-row blocks of every
+// query tile). Deterministic mode adds, before
 // the zeroed part, the K column sums per block and consumer, the bounds on K and V per head and
 // chunk of keys, and each query row's two scales (DeterministicSums); its dS row sums and dQ
 // accumulator hold integers in the same places.
 struct BackwardWorkspace {
     size_t delta_offset = 0, lse_offset = 0, key_partials_offset = 0, kv_bounds_offset = 0,
-           row_scales_offset = 0, rowsum_offset = 0, key_sum_offset = 0, dq_offset = 0, total = 0;
+           row_scales_offset = 0, rowsum_offset = 0, key_sum_offset = 0, head_done_offset = 0, dq_offset = 0,
+           total = 0;
     explicit BackwardWorkspace(const AttentionShape& shape) {
         const size_t heads = size_t(shape.batch) * size_t(shape.heads);
         const size_t block_q = shape.head_dim == 64 ? BackwardTiling<64>::BLOCK_Q : BackwardTiling<128>::BLOCK_Q;
@@ -1633,7 +1689,8 @@ struct BackwardWorkspace {
         row_scales_offset = kv_bounds_offset + (deterministic ? bytes(2 * heads * KV_BOUND_CHUNKS) : 0);
         rowsum_offset = row_scales_offset + (deterministic ? bytes(2 * padded_rows) : 0);
         key_sum_offset = rowsum_offset + bytes(padded_rows);
-        dq_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
+        head_done_offset = key_sum_offset + bytes(heads * size_t(shape.head_dim));
+        dq_offset = head_done_offset + bytes(heads);
         total = dq_offset + bytes(padded_rows * size_t(shape.head_dim));
     }
 };
@@ -1683,6 +1740,13 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     float* ds_rowsum = reinterpret_cast<float*>(scratch + layout.rowsum_offset);
     float* key_sum = reinterpret_cast<float*>(scratch + layout.key_sum_offset);
     float* dq_accumulator = reinterpret_cast<float*>(scratch + layout.dq_offset);
+    // The conversion beside the main kernel's last rounds, where there are enough of them.
+    int device = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    const bool progressive =
+        !DETERMINISTIC && int64_t(batch_heads) * kv_tiles > int64_t(PROGRESSIVE_MIN_ROUNDS - 1) * sms;
+    uint32_t* head_done = progressive ? reinterpret_cast<uint32_t*>(scratch + layout.head_done_offset) : nullptr;
     const int64_t padded_rows = int64_t(batch_heads) * q_tiles * Config::BLOCK_Q;
     DeterministicSums sums{};  // all null in the default mode
     const float2* kv_bounds = nullptr;
@@ -1724,7 +1788,7 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
                                     int(Shared::BYTES)));
     const ProgrammaticLaunch main_launch(unsigned(batch_heads * kv_tiles), Config::THREADS, Shared::BYTES, stream);
     CUDA_CHECK(cudaLaunchKernelEx(&main_launch.config, kernel, q_map, k_map, v_map, do_map, lse_map, delta_map, dk_map, dv_map,
-                                  dq_accumulator, ds_rowsum, key_sum, shape.len_q, shape.len_kv, kv_tiles,
+                                  dq_accumulator, ds_rowsum, key_sum, head_done, shape.len_q, shape.len_kv, kv_tiles,
                                   q_tiles, shape.softmax_scale(), shape.causal, sums));
 
     if (DETERMINISTIC) {
@@ -1739,14 +1803,17 @@ void launch_backward(const bf16* q, const bf16* k, const bf16* v, const bf16* o,
     // key_centre takes its place as it is (times 1, exact), so both run the one kernel. The sums
     // of the call's keys are still made, and no longer read.
     const int64_t float4s = padded_rows * HEAD_DIM / 4;
-    const int convert_blocks = int(std::min<int64_t>((float4s + 255) / 256, 65536));
-    const ProgrammaticLaunch convert_launch(unsigned(convert_blocks), 256, 0, stream);
-    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC>,
+    const int convert_blocks = int(std::min<int64_t>(float4s / CONVERT_THREADS, 65536));
+    const ProgrammaticLaunch convert_launch(unsigned(convert_blocks), CONVERT_THREADS, 0, stream);
+    auto convert = progressive ? backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC, !DETERMINISTIC>
+                               : backward_convert_dq_kernel<HEAD_DIM, DETERMINISTIC, false>;
+    CUDA_CHECK(cudaLaunchKernelEx(&convert_launch.config, convert,
                                   static_cast<const float*>(dq_accumulator), static_cast<const float*>(ds_rowsum),
                                   static_cast<const float*>(key_centre ? key_centre : key_sum), dq, float4s,
                                   shape.len_q, q_tiles * Config::Q_SLABS,
                                   key_centre ? 1.0f : 1.0f / float(shape.len_kv), shape.softmax_scale(),
-                                  sums.row_scales));
+                                  sums.row_scales, static_cast<const uint32_t*>(head_done),
+                                  kv_tiles * HEAD_ARRIVALS<Config>));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// The cases only stage 11's deterministic backward has: the scale that turns a query row's
-// pieces of dQ into integers (dq_fixed_point.h), checked on the host. The GPU cases of the mode
-// are the shared suite's (common/test_backward.cpp): the same bits run to run, and the FP64
+// The cases only stage 11 has: the deterministic backward's scale that turns a query row's
+// pieces of dQ into integers (dq_fixed_point.h), checked on the host, and the shapes long enough
+// for the conversion of dQ to run beside the main kernel. The GPU cases of the deterministic
+// mode are the shared suite's (common/test_backward.cpp): the same bits run to run, and the FP64
 // reference's tolerance, over the shape matrix.
 #include <cmath>
 #include <cstdint>
@@ -48,4 +49,16 @@ TEST_CASE("11: rows with no bound to speak of get a finite scale that keeps int3
     CHECK(fixed_point_scale(std::numeric_limits<float>::infinity()) ==
           fixed_point_scale(std::numeric_limits<float>::max()));
     CHECK(std::isnormal(fixed_point_scale(0.0f)));
+}
+
+// The conversion of dQ beside the main kernel (PROGRESSIVE_MIN_ROUNDS in attention.cu): grids of
+// more than two rounds of an H100's 132 SMs, which the shared suite's shapes do not reach.
+// Causal with len_q < len_kv leaves blocks that see no query tile (their writers count at once),
+// and 333 rows end inside a tile.
+GPU_TEST_CASE("11: the conversion of dQ beside the main kernel's last rounds") {
+    for (int head_dim : {64, 128})
+        for (bool causal : {false, true}) {
+            check_backward(make_shape(1, 40, 200, 1100, head_dim, causal));  // 40 x 9 blocks
+            check_backward(make_shape(3, 11, 333, 1025, head_dim, causal));  // 33 x 9 blocks
+        }
 }

@@ -2,7 +2,8 @@
 // mbarriers it completes on, warpgroup MMA (wgmma) with its shared-memory matrix descriptors,
 // register reallocation (setmaxnreg) and named barriers. Chapter 08 introduces each one; 09 and
 // 10 add the producer/consumer pieces; stage 11's small kernels add the programmatic dependent
-// launch. Every function here needs
+// launch and the counters with which its conversion of dQ follows the main kernel head by head.
+// Every function here needs
 // sm_90a: the Hopper stages build their attention.cu for that target alone (HOPPER := 1 in
 // their Makefile).
 #pragma once
@@ -61,6 +62,28 @@ __device__ __forceinline__ void allow_dependent_launch() {
 }
 __device__ __forceinline__ void wait_for_prior_grid() {
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+// A dependent kernel that must not wait for the whole grid before it (stage 11's conversion of
+// dQ) instead reads counters that grid's blocks raise as they finish parts of the work. Once every
+// block of the grid before has started (what lets the dependent one launch), a dependent block
+// that spins on such a counter cannot keep one of them from running.
+
+// ---- counters between blocks -------------------------------------------------------------
+// A GPU-scope add that releases: what this thread wrote or saw before it (also through a
+// barrier) is visible to a thread of another block whose acquiring load reads the sum.
+__device__ __forceinline__ void red_release_gpu_add(uint32_t* address, uint32_t value) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
+}
+__device__ __forceinline__ uint32_t load_acquire_gpu(const uint32_t* address) {
+    uint32_t value;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+    return value;
+}
+// Orders this thread's accesses to global memory through the async proxy (the copy engine's
+// cp.reduce.async.bulk, once bulk_wait has seen them complete) with its generic-proxy ones (the
+// release above), both ways.
+__device__ __forceinline__ void fence_proxy_async_global() {
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 // ---- TMA: the bulk tensor copy engine ------------------------------------------------------

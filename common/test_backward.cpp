@@ -218,13 +218,6 @@ private:
     std::vector<double> dq_ref_, dk_ref_, dv_ref_;
 };
 
-void check_backward(const AttentionShape& shape) {
-    const uint64_t seed = fresh_seed();
-    INFO(attention_stage_name(), " backward ", shape.to_string(), " seed=", seed);
-    const BackwardCase backward(shape, seed);
-    backward.check(backward.run());
-}
-
 bool same_bits(const std::vector<Element>& a, const std::vector<Element>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Element)) == 0;
 }
@@ -235,6 +228,14 @@ bool fits(int len_q, int len_kv) {
 }
 
 }  // namespace
+
+// Declared in test_support.h: one backward pass on fresh random inputs against the reference.
+void check_backward(const AttentionShape& shape) {
+    const uint64_t seed = fresh_seed();
+    INFO(attention_stage_name(), " backward ", shape.to_string(), " seed=", seed);
+    const BackwardCase backward(shape, seed);
+    backward.check(backward.run());
+}
 
 // deterministic = true (declared in test_support.h): `runs` backward passes on the same inputs,
 // the first within the tolerance of the FP64 reference, every later one the same bit for bit

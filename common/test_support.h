@@ -94,6 +94,10 @@ void for_each_variant(Body body) {
 void check_forward(const AttentionShape& shape, bool with_lse = true);
 
 #if defined(ATTENTION_HAS_BACKWARD)
+// One backward pass on fresh random inputs against the FP64 reference (common/test_backward.cpp):
+// dQ, dK and dV within the tolerance, nothing written past their ends. For a stage's own cases
+// too (11_hopper_backward's shapes whose conversion of dQ runs beside the main kernel).
+void check_backward(const AttentionShape& shape);
 // deterministic = true: `runs` backward passes on fresh random inputs (common/test_backward.cpp),
 // the first within the tolerance of the FP64 reference, every later one the same bit for bit.
 // For a stage's own cases too (11_hopper_backward's order of the dQ chains).
