@@ -845,11 +845,13 @@ backward_convert_dq_kernel(const float* __restrict__ dq_accumulator, const float
          f += int64_t(gridDim.x) * blockDim.x) {
         const int64_t tile = f / TILE_FLOAT4S;
         const int64_t head = tile / row_tiles;
+        // excerpt: convert-beside
         if constexpr (BESIDE) {  // the block's float4s are of one head: wait until its blocks have all counted
             if (threadIdx.x == 0)
                 while (load_acquire_gpu(head_done + head) < head_arrivals) __nanosleep(256);
             __syncthreads();  // orders the acquire before every thread's loads below
         }
+        // end excerpt
         const int within = int(f % TILE_FLOAT4S);
         const int part = within / 1024, rest = within % 1024;
         const int warp = rest / 256;
@@ -1571,13 +1573,15 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
         bulk_wait_read<0>();
         mbarrier_arrive(DqWriter<Config>::free(block.base, consumer));
     }
+    // excerpt: head-done
     if constexpr (!Config::DETERMINISTIC)
         if (head_done != nullptr) {  // the conversion may read the sums once the head's writers all count
-            mbarrier_wait(DqWriter<Config>::key_sums(block.base, consumer), 0);
-            bulk_wait<0>();
-            fence_proxy_async_global();
+            mbarrier_wait(DqWriter<Config>::key_sums(block.base, consumer), 0);  // the consumer's K sums are in
+            bulk_wait<0>();              // the last reduce-adds have written device memory, not only read
+            fence_proxy_async_global();  // the copy engine's writes before this thread's release
             red_release_gpu_add(head_done + block.head, 1);
         }
+    // end excerpt
 }
 
 // One block: BLOCK_KV keys of one (batch, head); blockIdx.x = head * kv_tiles + key tile.

@@ -537,6 +537,36 @@ def descriptor_fields():
             "SWIZZLE_AT": int(match.group(5))}
 
 
+def progressive_convert(path, consumers):
+    """11's conversion of dQ beside the main kernel's last rounds: the rounds from which it runs
+    there, the arrivals a block counts in head_done, the conversion's block size, and the shape of
+    the launch and of the waits the picture draws (checked, so that a changed design fails here)."""
+    text = source(path)
+    arrivals = expression(path, r"constexpr uint32_t HEAD_ARRIVALS = ([\w:]+);")
+    if arrivals != "Config::CONSUMERS" and not arrivals.isdigit():
+        raise SystemExit(f"draw.py: HEAD_ARRIVALS of {path} is {arrivals}: update the parser")
+    shape = [r"int64_t\(batch_heads\) \* kv_tiles > int64_t\(PROGRESSIVE_MIN_ROUNDS - 1\) \* sms;",
+             r"kv_tiles \* HEAD_ARRIVALS<Config>\)",  # the count a head's conversion waits for
+             r"while \(load_acquire_gpu\(head_done \+ head\) < head_arrivals\) __nanosleep",
+             r"if \(BESIDE && blockIdx\.x == gridDim\.x - 1\) wait_for_prior_grid\(\);",
+             r"red_release_gpu_add\(head_done \+ block\.head, 1\);"]
+    for pattern in shape:
+        if not re.search(pattern, text):
+            raise SystemExit(f"draw.py: '{pattern}' not found in {path}: the conversion beside the main "
+                             "kernel changed: update 11_progressive_convert.png and the parser")
+    return {"HEAD_ARRIVALS": consumers if arrivals == "Config::CONSUMERS" else int(arrivals),
+            "PROGRESSIVE_MIN_ROUNDS": integer(path, r"constexpr int PROGRESSIVE_MIN_ROUNDS = (\d+);"),
+            "CONVERT_THREADS": integer(path, r"constexpr int CONVERT_THREADS = (\d+);")}
+
+
+def headline_shape(name):
+    """A one-shape sweep of bench/sweeps.txt: [batch, heads, len_q, len_kv, head_dim, causal]."""
+    match = re.search(rf"^{name}((?:\s+\d+){{6}})\s*$", source("bench/sweeps.txt"), re.MULTILINE)
+    if not match:
+        raise SystemExit(f"draw.py: the {name} line of bench/sweeps.txt changed: update the parser")
+    return [int(field) for field in match.group(1).split()]
+
+
 def hopper_constants(found):
     path = "08_wgmma_tma/attention.cu"
     head_dim, warpgroups, block_kv, stages = hopper_tiling(path, "Tiling128")
@@ -568,6 +598,9 @@ def hopper_constants(found):
     path = "11_hopper_backward/dq_fixed_point.h"
     found["11_hopper_backward"]["FIXED_POINT_BITS"] = integer(path, r"constexpr int FIXED_POINT_BITS = (\d+);")
     found["11_hopper_backward"]["KV_BOUND_CHUNKS"] = integer(path, r"constexpr int KV_BOUND_CHUNKS = (\d+);")
+    found["11_hopper_backward"].update(progressive_convert("11_hopper_backward/attention.cu",
+                                                                  found["11_hopper_backward"]["CONSUMERS"]))
+    found["bf16-headline"] = headline_shape("bf16-headline")
     path = "12_persistent/attention.cu"
     buffers = re.search(r"static_assert\(Tiling64::O_BUFFERS == (\d+) && Tiling128::O_BUFFERS == (\d+) "
                         r"&& Tiling128Causal::O_BUFFERS == (\d+)\);", source(path))
@@ -1337,6 +1370,148 @@ def deterministic_sums_11(plt, found):
     save(plt, figure, "11_deterministic_sums.png")
 
 
+H100_SMS = 132  # an H100 SXM's SMs, the GPU of the chapters' measurements
+
+
+def progressive_convert_11(plt, found):
+    """11: where the conversion of dQ runs against the main kernel's rounds: after the whole grid
+    (before, and still for short grids), or beside its last round, each head as soon as head_done
+    says its sums are whole (schematic: a few SMs and heads; the counts are the kernel's)."""
+    from matplotlib.patches import Rectangle
+    c = found["11_hopper_backward"]
+    arrivals, min_rounds = c["HEAD_ARRIVALS"], c["PROGRESSIVE_MIN_ROUNDS"]
+    batch, heads_h, _, len_kv, _, _ = found["bf16-headline"]
+    headline_blocks = batch * heads_h * -(-len_kv // c["BLOCK_KV"])
+    headline_idle = -(-headline_blocks // H100_SMS) * H100_SMS - headline_blocks
+    if headline_blocks <= (min_rounds - 1) * H100_SMS:
+        raise SystemExit("draw.py: bf16-headline no longer converts beside the last round: update "
+                         "11_progressive_convert.png's caption")
+    # The schematic: a few SMs, heads of a few key blocks each, more than min_rounds - 1 rounds
+    # and a last round that leaves SMs idle.
+    sms, heads, key_blocks, per_head = 8, 6, 5, 4  # per_head: conversion blocks drawn per head
+    blocks = heads * key_blocks
+    if blocks <= (min_rounds - 1) * sms or blocks % sms == 0:
+        raise SystemExit("draw.py: 11_progressive_convert.png's grid no longer converts beside a "
+                         "last round with idle SMs: update it")
+    pre, block, convert = 0.7, 3.0, 0.3
+    # The main grid: blocks in index order, each to the SM that frees first (equal blocks: rounds).
+    free, main = [pre] * sms, []
+    for b in range(blocks):
+        sm = min(range(sms), key=lambda s: (free[s], s))
+        main.append((sm, free[sm], free[sm] + block, b // key_blocks, b % key_blocks))
+        free[sm] += block
+    launch = max(start for _, start, *_ in main)  # every main block has started
+    grid_end = max(end for _, _, end, *_ in main)
+    head_end = [max(end for _, _, end, h, _ in main if h == head) for head in range(heads)]
+    rounds = -(-blocks // sms)
+
+    def conversion(beside):
+        """(sm, start, converts_from, end, head) of each conversion block, in index order."""
+        available, boxes = list(free), []
+        count = heads * per_head
+        for i in range(count):
+            head = i // per_head
+            sm = min(range(sms), key=lambda s: (max(available[s], launch), s))
+            start = max(available[sm], launch)
+            ready = head_end[head] if beside else grid_end
+            if beside and i == count - 1:
+                ready = max(ready, grid_end)  # the grid's last block waits for the main grid too
+            begin = max(start, ready)
+            boxes.append((sm, start, begin, begin + convert, head))
+            available[sm] = begin + convert
+        return boxes
+
+    palette = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
+    figure, axes = plt.subplots(2, 1, figsize=(12.5, 9.6), sharex=True)
+    figure.subplots_adjust(hspace=0.34, top=0.875)
+    schedules = (conversion(False), conversion(True))
+    finish = max(end for schedule in schedules for *_, end, _ in schedule)
+    for axis, schedule, beside in zip(axes, schedules, (False, True)):
+        axis.add_patch(Rectangle((0, -0.36), pre, sms - 0.28, facecolor="#8c8c8c", edgecolor="white"))
+        axis.text(pre / 2, (sms - 1) / 2, "preprocessing", rotation=90, ha="center", va="center",
+                  fontsize=8, color="white")
+        for sm, start, end, head, key_block in main:
+            axis.add_patch(Rectangle((start, sm - 0.36), end - start, 0.72, facecolor=palette[head],
+                                     alpha=0.85, edgecolor="white"))
+            axis.text((start + end) / 2, sm, f"head {head}, key block {key_block}", ha="center",
+                      va="center", fontsize=8, color="white")
+        for sm, start, begin, end, head in schedule:
+            if begin > start:  # waiting: for the grid (top) or on head_done[head] (bottom)
+                axis.add_patch(Rectangle((start, sm - 0.26), begin - start, 0.52, facecolor="white",
+                                         edgecolor=palette[head], hatch="////", linewidth=0.8))
+                if begin - start > 1.5:
+                    axis.text((start + begin) / 2, sm, f"h{head}: spins on head_done[{head}]" if beside
+                              else f"h{head}: griddepcontrol.wait", ha="center",
+                              va="center", fontsize=7, family="monospace",
+                              bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+            axis.add_patch(Rectangle((begin, sm - 0.26), end - begin, 0.52, facecolor=palette[head],
+                                     edgecolor="#333333", linewidth=0.6))
+            axis.text((begin + end) / 2, sm, f"h{head}", ha="center", va="center", fontsize=7.5,
+                      color="white")
+        for x in (launch, grid_end):
+            axis.axvline(x, color="#555555", linestyle=":", linewidth=0.8, zorder=0)
+        end = max(e for *_, e, _ in schedule)
+        axis.annotate("", (end, -0.62), (grid_end, -0.62),
+                      arrowprops={"arrowstyle": "<|-|>", "color": "#222222", "linewidth": 0.8,
+                                  "shrinkA": 0, "shrinkB": 0, "mutation_scale": 7})
+        tail = sorted({h for *_, begin, _, h in schedule if begin >= grid_end})
+        heads_in_tail = f"heads {tail[0]}-{tail[-1]}" if len(tail) > 1 else f"head {tail[0]}"
+        axis.text(end + 0.12, -0.62, f"tail after the main kernel: {heads_in_tail}",
+                  ha="left", va="center", fontsize=8)
+        axis.set_yticks(list(range(sms)))
+        axis.set_yticklabels([f"SM {sm}" for sm in range(sms)], fontsize=8)
+        axis.set_ylim(-0.85, sms + 0.75)
+        axis.set_ylabel(f"SMs ({sms} drawn for {H100_SMS})", fontsize=8.5)
+        for spine in ("top", "right"):
+            axis.spines[spine].set_visible(False)
+    top, bottom = axes
+    top.text(launch - 0.05, sms - 0.35, "conversion launched: every main block has started", fontsize=8,
+             ha="right", va="bottom")
+    top.text(grid_end + 0.05, sms - 0.35, "main grid ends", fontsize=8, ha="left", va="bottom")
+    for r in range(rounds):
+        idle = rounds * sms - blocks if r == rounds - 1 else 0
+        top.text(pre + (r + 0.5) * block, -0.62, f"round {r}" + (f" (last): {idle} SMs idle" if idle else ""),
+                 ha="center", va="center", fontsize=8, color="#444444")
+    # The counter of one head converted beside the last round, and of one that waits for it.
+    early = max(h for h in range(heads) if head_end[h] <= launch)
+    late = min(h for h in range(heads) if head_end[h] > launch)
+    boxes = schedules[1]
+    first_early = min((b for b in boxes if b[4] == early), key=lambda b: (-b[0], b[2]))
+    first_late = min((b for b in boxes if b[4] == late and b[2] > b[1]), key=lambda b: (-b[0], b[1]))
+    bottom.annotate(f"head_done[{early}] reached {arrivals} × {key_blocks} = {arrivals * key_blocks} "
+                    f"when head {early}'s\nlast block ended: its blocks convert at once",
+                    (first_early[2] + convert / 2, first_early[0] + 0.26),
+                    (launch - 0.4, sms - 0.05), ha="right", va="bottom", fontsize=8,
+                    arrowprops={"arrowstyle": "-|>", "color": "#222222", "linewidth": 0.7,
+                                "shrinkA": 1, "shrinkB": 1, "mutation_scale": 7})
+    bottom.annotate(f"head {late}'s blocks spin (ld.acquire,\nnanosleep) while head_done[{late}] "
+                    f"< {arrivals} × {key_blocks}:\nhead {late}'s last block still runs",
+                    ((first_late[1] + first_late[2]) / 2, first_late[0] + 0.26),
+                    (grid_end + 0.5, sms - 0.05), ha="left", va="bottom", fontsize=8,
+                    arrowprops={"arrowstyle": "-|>", "color": "#222222", "linewidth": 0.7,
+                                "shrinkA": 1, "shrinkB": 1, "mutation_scale": 7})
+    top.set_title(f"after the grid (before; still the path for grids of fewer than {min_rounds} rounds): "
+                  "the conversion's first blocks wait on the idle SMs\n(griddepcontrol.wait) until the "
+                  "whole main grid has ended; then every head is converted", fontsize=9.5, loc="left")
+    bottom.set_title(f"beside the last round (now, from {min_rounds} rounds on): a main block's {arrivals} "
+                     f"dQ writers each add 1 to head_done[head] once their last reduce-add is complete\n"
+                     f"and their K column sums are in; a conversion block ({c['CONVERT_THREADS']} float4s "
+                     f"of one head) converts once the count reaches {arrivals} × the head's key blocks.\n"
+                     "Only the last round's heads are left for the tail; the conversion's last block "
+                     "also waits for the main grid (dK, dV)", fontsize=9.5, loc="left")
+    bottom.set_xlim(0, finish + 3.2)
+    bottom.set_xticks([])
+    bottom.set_xlabel("time (schematic: durations are illustrative, not measured; the chapter's "
+                      "profile has the real numbers)")
+    figure.suptitle(f"Stage 11's backward: preprocessing, the main kernel (a block per {c['BLOCK_KV']} "
+                    f"keys of a head, one per SM, handed out in order) and the conversion of dQ\n(FP32 -> "
+                    f"bf16). bf16-headline's {headline_blocks} blocks take {headline_blocks / H100_SMS:.2f} "
+                    f"rounds of {H100_SMS} SMs: the last round leaves {headline_idle} idle, where the "
+                    f"conversion's first blocks start.\nSmall boxes: the conversion's blocks (hN: of "
+                    f"head N), hatched while they wait", fontsize=10, x=0.02, ha="left")
+    save(plt, figure, "11_progressive_convert.png")
+
+
 def persistent_block_12(plt, found):
     """12: one block of the persistent grid: who announces the work tiles, who reads them, and
     where Q, K, V come in and O goes out."""
@@ -1437,6 +1612,7 @@ def main():
     backward_turns_11(plt, found)
     rowsum_fold_11(plt, found)
     deterministic_sums_11(plt, found)
+    progressive_convert_11(plt, found)
     persistent_block_12(plt, found)
     with open(MANIFEST, "w") as handle:
         json.dump(found, handle, indent=2, sort_keys=True)
