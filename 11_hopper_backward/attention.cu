@@ -1003,6 +1003,10 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
         tma_load_3d(block.k_tile + slab * BLOCK_KV * 64, &k_map, slab * 64, block.kv_start, head, block.kv_full);
         tma_load_3d(block.v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, block.kv_start, head, block.kv_full);
     }
+    if constexpr (!Config::DETERMINISTIC) {  // the preprocessing's delta, LSE and zeroed sums from here on
+        wait_for_prior_grid();
+        allow_dependent_launch();
+    }
     // excerpt: producer
     for (int q_tile = block.first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
         const int stage = load % STAGES;
@@ -1113,8 +1117,10 @@ struct ConsumerWarpgroup : BackwardBlock {
                                                (((column % 64) / 8) ^ (row % 8)) * 8 + column % 8]);
             if constexpr (Config::DETERMINISTIC)
                 key_partial[column] = sum;  // summed in block order by backward_fold_key_sums_kernel
-            else
+            else {
+                wait_for_prior_grid();  // key_sum is zeroed by the preprocessing
                 atomicAdd(key_sum + head * HEAD_DIM + column, sum);
+            }
         }
         named_barrier_sync(1 + warpgroup, 128);  // read before the epilogue overwrites these rows
     }
@@ -1555,6 +1561,7 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
     using Shared = BackwardSharedLayout<Config>;
     const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
     const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES);
+    if constexpr (!Config::DETERMINISTIC) wait_for_prior_grid();  // the accumulators are zeroed by the preprocessing
     const int steps = block.q_tiles - block.first_q_tile;
     for (int step = 0; step < steps; ++step) {
         const int q_tile = block.first_q_tile + step;
@@ -1605,10 +1612,16 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // pointer below is into shared memory: LDS and STS, not generic loads and stores.
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
-    // Started while the preprocessing still runs: wait for its delta, LSE and zeroed sums (and,
-    // deterministic, the rows' scales), and let the conversion of dQ be launched.
-    wait_for_prior_grid();
-    allow_dependent_launch();
+    // Started while the preprocessing still runs. Deterministic, the block waits for it here (the
+    // rows' scales); by default each role waits where it first needs what it wrote, so that the
+    // barriers, K and V and their column sums are under way before it ends: the producer before
+    // the first delta and LSE (and only then lets the conversion of dQ be launched, whose counters
+    // the preprocessing zeroes), the consumers before their K sums' atomics, the dQ writers
+    // before their first reduce-add.
+    if constexpr (Config::DETERMINISTIC) {
+        wait_for_prior_grid();
+        allow_dependent_launch();
+    }
     const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
                                                             causal, int(blockIdx.x));
 
