@@ -1003,10 +1003,8 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
         tma_load_3d(block.k_tile + slab * BLOCK_KV * 64, &k_map, slab * 64, block.kv_start, head, block.kv_full);
         tma_load_3d(block.v_tile + slab * BLOCK_KV * 64, &v_map, slab * 64, block.kv_start, head, block.kv_full);
     }
-    if constexpr (!Config::DETERMINISTIC) {  // the preprocessing's delta, LSE and zeroed sums from here on
-        wait_for_prior_grid();
-        allow_dependent_launch();
-    }
+    wait_for_prior_grid();  // the preprocessing's delta, LSE and zeroed sums from here on
+    allow_dependent_launch();
     // excerpt: producer
     for (int q_tile = block.first_q_tile, load = 0; q_tile < q_tiles; ++q_tile, ++load) {
         const int stage = load % STAGES;
@@ -1476,6 +1474,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     float dv[HEAD_DIM / 2] = {};
     mbarrier_wait(block.kv_full, 0);
     consumer.add_key_column_sums(key_sum);
+    if constexpr (Config::DETERMINISTIC) wait_for_prior_grid();  // the rows' scales, from the preprocessing
     // By default the dQ writer counts the warpgroup's sums in head_done (HEAD_ARRIVALS): all 128
     // threads have added theirs before the barrier that ends add_key_column_sums.
     if constexpr (!Config::DETERMINISTIC)
@@ -1561,7 +1560,7 @@ __device__ __forceinline__ void write_dq(const BackwardBlock& block, int consume
     using Shared = BackwardSharedLayout<Config>;
     const uint32_t dq_staging = smem_address(block.base + Shared::DQ_STAGING + consumer * Config::DQ_BYTES);
     const uint32_t rowsum_staging = smem_address(block.base + Shared::ROWSUM_STAGING + consumer * Config::RS_BYTES);
-    if constexpr (!Config::DETERMINISTIC) wait_for_prior_grid();  // the accumulators are zeroed by the preprocessing
+    wait_for_prior_grid();  // the accumulators are zeroed by the preprocessing
     const int steps = block.q_tiles - block.first_q_tile;
     for (int step = 0; step < steps; ++step) {
         const int q_tile = block.first_q_tile + step;
@@ -1612,16 +1611,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
     // pointer below is into shared memory: LDS and STS, not generic loads and stores.
     unsigned char* base = dynamic_shared + (1024 - smem_address(dynamic_shared) % 1024) % 1024;
     // end excerpt
-    // Started while the preprocessing still runs. Deterministic, the block waits for it here (the
-    // rows' scales); by default each role waits where it first needs what it wrote, so that the
-    // barriers, K and V and their column sums are under way before it ends: the producer before
-    // the first delta and LSE (and only then lets the conversion of dQ be launched, whose counters
-    // the preprocessing zeroes), the consumers before their K sums' atomics, the dQ writers
-    // before their first reduce-add.
-    if constexpr (Config::DETERMINISTIC) {
-        wait_for_prior_grid();
-        allow_dependent_launch();
-    }
+    // Started while the preprocessing still runs. Each role waits for it where it first needs what
+    // it wrote, so that the barriers, K and V and their column sums are under way before it ends:
+    // the producer before the first delta and LSE (and only then lets the conversion of dQ be
+    // launched, whose counters the preprocessing zeroes), the consumers before their K sums'
+    // atomics (deterministic: before the rows' scales), the dQ writers before their first
+    // reduce-add.
     const BackwardBlock block = make_backward_block<Config>(base, &kv_full, q_full, q_empty, kv_tiles, q_tiles,
                                                             causal, int(blockIdx.x));
 
