@@ -93,6 +93,7 @@ import csv
 import glob
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -111,6 +112,24 @@ FLOPS_NOTE = ("FLOPs: FlashAttention convention, forward 4·B·H·Lq·Lk·D (hal
               "backward 2.5× forward; % of SOL against the cuBLAS GEMM ceiling of the row's "
               "element type measured in the same run (bf16_gemm or fp32_gemm in ceilings.csv, "
               "whose method column says how).")
+
+
+def repo_glob(pattern):
+    """The paths under ROOT that match `pattern` (recursive), less those git ignores: a stage copied
+    aside for an A/B run (.git/info/exclude) must count neither as a page that cites a profile
+    nor as a stage's code. Outside a git checkout, every match."""
+    paths = sorted(glob.glob(os.path.join(ROOT, pattern), recursive=True))
+    if not paths:
+        return paths
+    try:
+        result = subprocess.run(["git", "-C", ROOT, "check-ignore", "--stdin", "-z"], input="\0".join(paths),
+                                capture_output=True, text=True)
+    except OSError:
+        return paths
+    if result.returncode not in (0, 1):  # 1: nothing ignored; otherwise not a checkout
+        return paths
+    ignored = set(result.stdout.split("\0"))
+    return [path for path in paths if path not in ignored]
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -577,7 +596,7 @@ def profiles_index(check):
     if not region:
         return [], ["docs/profiles/README.md: no <!-- profiles:index --> region"]
     pages = {}
-    for path in glob.glob(os.path.join(ROOT, "**", "*.md"), recursive=True):
+    for path in repo_glob(os.path.join("**", "*.md")):
         relative = os.path.relpath(path, ROOT)
         if relative.split(os.sep)[0] in ("build", ".git", ".deps") or path == PROFILES_INDEX:
             continue
@@ -621,7 +640,7 @@ COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 def stage_code(number):
     """Stage NN's attention.cu without its comments (a name only a comment holds is not in the code)."""
-    found = glob.glob(os.path.join(ROOT, f"{number:02d}_*", "attention.cu"))
+    found = repo_glob(os.path.join(f"{number:02d}_*", "attention.cu"))
     return COMMENT.sub(" ", open(found[0]).read()) if found else ""
 
 
@@ -719,7 +738,7 @@ def byte_size(value):
 
 def markdown_files():
     found = []
-    for path in glob.glob(os.path.join(ROOT, "**", "*.md"), recursive=True):
+    for path in repo_glob(os.path.join("**", "*.md")):
         relative = os.path.relpath(path, ROOT)
         if relative.split(os.sep)[0] in ("build", ".git", ".deps") or \
                 relative.startswith(os.path.join("bench", "results")):
@@ -822,8 +841,7 @@ def main():
             print("stale: " + entry)
     problems = list(all_symbol_errors)
     problems += [] if arguments.files else excerpts.problems(
-        sorted(glob.glob(os.path.join(ROOT, "[0-9][0-9]_*", "*.cu")) +
-               glob.glob(os.path.join(ROOT, "common", "*.h*"))))
+        repo_glob(os.path.join("[0-9][0-9]_*", "*.cu")) + repo_glob(os.path.join("common", "*.h*")))
     # make docs prints one line (.ci/check_messages.sh holds it to that); the pending values
     # (a stage newer than the committed run) are reported by the check.
     if tables.pending and arguments.check:
