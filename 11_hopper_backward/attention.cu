@@ -624,7 +624,7 @@ struct BackwardSharedLayout {
     static_assert(BYTES <= 227 * 1024, "at most 227 KiB of shared memory per block");
 };
 
-// The mbarriers of a consumer and its dQ writer (write_dq_in_order), in the
+// The mbarriers of a consumer and its dQ writer (write_dq), in the
 // shared memory at BackwardSharedLayout::DQ_WRITER. `staged` completes a phase when all 128
 // threads of the consumer have stored a piece of dQ in its staging tile; `free` when the
 // writer's reduce-add has read it; `key_sums` (one phase, by default only) when the consumer's
