@@ -62,3 +62,10 @@ GPU_TEST_CASE("11: the conversion of dQ beside the main kernel's last rounds") {
             check_backward(make_shape(3, 11, 333, 1025, head_dim, causal));  // 33 x 9 blocks
         }
 }
+
+// The same path under compute-sanitizer: 34 heads of 8 key blocks, a query tile each (causal:
+// most blocks see none).
+GPU_TEST_CASE("sanitize: 11 long grids") {
+    check_backward(make_shape(2, 17, 70, 1000, 64, true));
+    check_backward(make_shape(2, 17, 70, 1000, 128, false));
+}
