@@ -536,6 +536,11 @@ struct BackwardTiling {
     static constexpr float ONES_VALUE = 1.0f / SLABS;
     static constexpr int DQ_N = 64 + 8;                                      // dQ's piece, then dS 1
     static constexpr uint32_t RS_BYTES = 64 * sizeof(float);                 // a piece's 64 row sums
+    // At D = 128 a consumer makes its staged piece of dQ visible to the writer (the proxy fence,
+    // which waits for the stores to land, and the arrival) in the next tile, once its dP^T is
+    // done, instead of between its gradients and its next turn; at D = 64 that measured 3-4%
+    // slower, and the piece is handed over at once (lab notes 11).
+    static constexpr bool LATE_PUBLISH = HEAD_DIM == 128;
     static constexpr bool DETERMINISTIC = false;  // the adds into device memory in any order
 };
 
@@ -1350,14 +1355,19 @@ struct ConsumerWarpgroup : BackwardBlock {
 
     // excerpt: dq-reduce
     // The piece of dQ and its dS row sums to the consumer's dQ writer (write_dq), which has the
-    // copy engine add them to the accumulators in device memory: every thread waits until the
-    // writer has read the consumer's previous piece (`handed` pieces so far), stores its part,
-    // and arrives; the writer waits for all 128. The consumer goes on at once.
-    __device__ __forceinline__ void hand_over_dq(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2],
-                                                 int handed) const {
+    // copy engine add them to the accumulators in device memory, in two steps. stage_piece: every
+    // thread waits until the writer has read the consumer's previous piece (`handed` pieces so
+    // far) and stores its part. publish_piece: the stores are made visible to the copy engine
+    // and every thread arrives; the writer waits for all 128. With Config::LATE_PUBLISH the walk
+    // publishes a piece in the next tile, once dP^T is done, so that the consumer does not wait
+    // for its stores to land between its gradients and its next turn.
+    __device__ __forceinline__ void stage_piece(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2],
+                                                int handed) const {
         if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
         stage_dq(dq, scales);
-        fence_proxy_async_shared();  // the copy engine reads what these stores wrote
+    }
+    __device__ __forceinline__ void publish_piece() const {
+        fence_proxy_async_shared();  // the copy engine reads what the stores wrote
         mbarrier_arrive(DqWriter<Config>::staged(base, warpgroup));
     }
     // end excerpt
@@ -1374,7 +1384,8 @@ struct ConsumerWarpgroup : BackwardBlock {
         wgmma_commit();
         wgmma_wait<0>();
         fence_registers(dq);
-        hand_over_dq(dq, scales, handed);
+        stage_piece(dq, scales, handed);
+        publish_piece();
     }
 
     // The epilogue: dK (times scale) and dV to bf16, into this consumer's rows of the K and V
@@ -1511,6 +1522,8 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
             consumer.template exponentiate<false>(s, q_start, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_P_DONE, q_tile);
         wgmma_wait<0>();  // dP^T is done
+        // The previous tile's piece of dQ, staged at its end (consumer 0 has one from its second tile on).
+        if (Config::LATE_PUBLISH && read > int(consumer.lagging)) consumer.publish_piece();
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DP_DONE, q_tile);
         fence_registers(dp);
         // delta of the tile's queries: the preprocessed rows, or (one block holds every key) the
@@ -1533,10 +1546,15 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.release_stage(dk, dv, dq, stage);
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_DONE, q_tile);
         // Pieces handed over before this one: consumer 0's first piece is its second tile's.
-        if (has_dq) consumer.hand_over_dq(dq, scales, read - int(consumer.lagging));
+        if (has_dq) {
+            consumer.stage_piece(dq, scales, read - int(consumer.lagging));
+            if (!Config::LATE_PUBLISH) consumer.publish_piece();
+        }
         // Consumer 0's piece is the previous tile's; the stamp says the loop's tile.
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_DQ_HANDED, q_tile);
     }
+    // The last piece staged in the walk (consumer 0's, from its second tile on).
+    if (Config::LATE_PUBLISH && q_tiles - first_q_tile > int(consumer.lagging)) consumer.publish_piece();
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (consumer.lagging && first_q_tile < q_tiles) {
         float dq[Config::DQ_N / 2];

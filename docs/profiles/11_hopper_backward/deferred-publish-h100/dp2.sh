@@ -1,0 +1,13 @@
+#!/bin/bash
+# deferred-publish, call 2: 11_main = main (433c391), 11_v1 = publish after the dP wait, 11_hopper_backward = arrive after store_ds (its fence).
+S=$SECONDS
+log() { echo "[$((SECONDS-S)) s] $*" | tee -a $OUT/timeline.txt; }
+nvidia-smi --query-gpu=name,uuid,driver_version --format=csv,noheader >> $OUT/timeline.txt
+for s in 11_main 11_v1 11_hopper_backward; do make -C $s -j16 all > /tmp/build-$s.log 2>&1 & done; wait; log "builds done"; grep -i error /tmp/build-11_hopper_backward.log | head -3
+for v in 11_v1 11_hopper_backward; do timeout 40 python3 .deps/devscripts/pc_stress.py $v > $OUT/stress-$v.txt 2>&1; log "stress $v rc $?"; tail -1 $OUT/stress-$v.txt; done
+for r in 1 2; do
+  timeout 100 python3 bench/driver.py --stages 11_main,11_v1,11_hopper_backward --sweep bf16-headline,extra,dpub --dtypes bf16 --no-torch-baselines --csv $OUT/ab$r.csv > /tmp/driver$r.log 2>&1; log "driver $r rc $?"
+  python3 .deps/devscripts/ab_ratios.py $OUT/ab$r.csv 11_v1 11_hopper_backward | grep -v "cuDNN" | tee $OUT/ratios$r.txt
+done
+timeout 170 make -C 11_hopper_backward test > /tmp/test.log 2>&1; log "test rc $?"; tail -4 /tmp/test.log | tee $OUT/test-tail.txt; grep -B2 -A6 "ERROR" /tmp/test.log | head -30 | tee -a $OUT/test-tail.txt
+cp /tmp/test.log $OUT/test.log
