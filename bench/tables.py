@@ -45,7 +45,8 @@ committed run), or no row of that pass, is pending and rendered as "…", like a
 without results.
 FIELD is median_ms, min_ms, tflops, pct_sol, workspace (bytes in MiB/GiB) or
 speedup=OTHER (OTHER's median over this one's, with a ×) or time_ratio=SHAPE (this
-median over the same implementation's at SHAPE).
+median over the same implementation's at SHAPE); either may end in :DIGITS, the decimal places
+of the ratio (2 unless said).
 
 Code on the page comes from the stages' files. In a .cu file, one comment line opens an
 excerpt and one closes it:
@@ -278,6 +279,8 @@ class Tables:
         if len(words) != 4:
             raise SystemExit(f"value:{spec}: want IMPLEMENTATION SHAPE PASS FIELD")
         implementation, shape_text, pass_name, field = words
+        field, _, digits = field.partition(":")
+        places = int(digits or 2)  # of a ratio (speedup, time_ratio)
         shape = parse_shape(shape_text, self.sweeps)
         # A stage newer than the committed run has no row at all yet: its values stay pending
         # (rendered as an ellipsis) until the next `make bench`, as its results table does.
@@ -309,10 +312,10 @@ class Tables:
             return byte_size(row["workspace_bytes"])
         if field.startswith("time_ratio="):
             other = row_of(implementation, parse_shape(field.split("=", 1)[1], self.sweeps))
-            return f"{float(row['median_ms']) / float(other['median_ms']):.2f}"
+            return f"{float(row['median_ms']) / float(other['median_ms']):.{places}f}"
         if field.startswith("speedup="):
             other = row_of(field.split("=", 1)[1])
-            return f"{float(other['median_ms']) / float(row['median_ms']):.2f}×"
+            return f"{float(other['median_ms']) / float(row['median_ms']):.{places}f}×"
         raise SystemExit(f"value:{spec}: unknown field {field}")
 
     def ceilings_table(self):
