@@ -477,8 +477,8 @@ WAIT_NAMES = {
 }
 
 
-def stall_lines(prefix, commit, top):
-    stage = os.path.basename(prefix)
+def stall_lines(prefix, commit, top, stage=None):
+    stage = stage or os.path.basename(prefix)
     kernel, lines = read_source(prefix + "-source-sass.csv")
     details = read_details(prefix + "-details.csv")
     if os.path.exists(prefix + "-raw.csv"):
@@ -667,11 +667,13 @@ def stall_lines_main(arguments):
     import argparse
     parser = argparse.ArgumentParser(prog="summarize_ncu.py --stall-lines")
     parser.add_argument("prefix", help="PREFIX-source-sass.csv, PREFIX-details.csv, PREFIX.ncu-rep "
-                        "or PREFIX-raw.csv, PREFIX-profile.log; the basename is the stage")
+                        "or PREFIX-raw.csv, PREFIX-profile.log; the basename is the stage unless --stage says it")
     parser.add_argument("--commit", required=True, help="the commit the profiled kernel was built from")
     parser.add_argument("--top", type=int, default=20, help="how many SASS lines to list")
+    parser.add_argument("--stage", help="the profiled stage's folder, where PREFIX's basename is not it "
+                        "(it names the stage and its mbarrier waits)")
     options = parser.parse_args(arguments)
-    stall_lines(options.prefix, options.commit, options.top)
+    stall_lines(options.prefix, options.commit, options.top, options.stage)
 
 
 if __name__ == "__main__":
