@@ -671,7 +671,7 @@ def stall_lines_main(arguments):
     parser.add_argument("--commit", required=True, help="the commit the profiled kernel was built from")
     parser.add_argument("--top", type=int, default=20, help="how many SASS lines to list")
     parser.add_argument("--stage", help="the profiled stage's folder, where PREFIX's basename is not it "
-                        "(it names the stage and its mbarrier waits)")
+                        "(it names the stage, and the mbarrier waits of the stages WAIT_NAMES lists)")
     options = parser.parse_args(arguments)
     stall_lines(options.prefix, options.commit, options.top, options.stage)
 
