@@ -529,12 +529,12 @@ struct BackwardTiling {
     static constexpr uint32_t DS_BYTES = BLOCK_KV * BLOCK_Q * sizeof(bf16);  // both halves of dS^T
     static constexpr uint32_t DQ_BYTES = 64 * 64 * sizeof(float);            // one consumer's piece
     // rowsum(dS) rides on the dQ GEMM as 8 more columns of B: the tile of ones is laid out like a
-    // slab of K, [BLOCK_KV keys][64], of which the GEMM reads 8 columns. Each of the SLABS pieces
-    // of a query slab sums all its keys: the tile holds 1 / SLABS (exact in bf16), and their
-    // SLABS partial sums add up to the row sum.
+    // slab of K, [BLOCK_KV keys][64], of which the GEMM reads 8 columns. One piece per query slab
+    // needs them, the slab's first (consumer g < Q_SLABS): at D = 64 both consumers' pieces, at
+    // D = 128 consumer 0's only, since consumer 1's piece has the same queries; its GEMM is
+    // N = 64, 8 columns fewer, and the row sums it hands over stay 0.
     static constexpr uint32_t ONES_BYTES = BLOCK_KV * 64 * sizeof(bf16);
-    static constexpr float ONES_VALUE = 1.0f / SLABS;
-    static constexpr int DQ_N = 64 + 8;                                      // dQ's piece, then dS 1
+    __host__ __device__ static constexpr bool sums_rows(int consumer) { return consumer < Q_SLABS; }
     static constexpr uint32_t RS_BYTES = 64 * sizeof(float);                 // a piece's 64 row sums
     // At D = 128 a consumer makes its staged piece of dQ visible to the writer (the proxy fence,
     // which waits for the stores to land, and the arrival) in the next tile, once its dP^T is
@@ -1033,9 +1033,10 @@ __device__ __forceinline__ void backward_producer(const BackwardBlock& block, co
 // One consumer warpgroup: its 64 keys, its descriptors and staging tiles, and the steps of its
 // walk over the query tiles, which backward_consumer (below) takes in order. Its fields are set
 // by make_consumer_warpgroup.
-template <class Config>
+template <class Config, bool SUMS_ROWS>
 struct ConsumerWarpgroup : BackwardBlock {
     static constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV;
+    static constexpr int DQ_N = SUMS_ROWS ? 64 + 8 : 64;  // dQ's piece, then (SUMS_ROWS) dS 1
     static constexpr int SLABS = Config::SLABS;
     static constexpr int D_STEPS = HEAD_DIM / 16;    // k-steps over the head dim (S^T, dP^T)
     static constexpr int Q_STEPS = BLOCK_Q / 16;     // k-steps over the queries (dV, dK)
@@ -1266,7 +1267,7 @@ struct ConsumerWarpgroup : BackwardBlock {
     // On its first tile consumer 0 has no piece yet: it multiplies whatever buffer 1 holds, and
     // the caller drops the result (a wgmma under a branch would make ptxas serialize them all).
     __device__ __forceinline__ void issue_gradients(float (&dk)[HEAD_DIM / 2], float (&dv)[HEAD_DIM / 2],
-                                                    float (&dq)[Config::DQ_N / 2],
+                                                    float (&dq)[DQ_N / 2],
                                                     const uint32_t (&p_fragment)[Q_STEPS][4],
                                                     const uint32_t (&ds_fragment)[Q_STEPS][4],
                                                     int stage, int read) const {
@@ -1290,7 +1291,7 @@ struct ConsumerWarpgroup : BackwardBlock {
 
     // Once the tile's GEMMs are done, the stage goes back to the producer: Q and dO have been read.
     __device__ __forceinline__ void release_stage(float (&dk)[HEAD_DIM / 2], float (&dv)[HEAD_DIM / 2],
-                                                  float (&dq)[Config::DQ_N / 2], int stage) const {
+                                                  float (&dq)[DQ_N / 2], int stage) const {
         wgmma_wait<0>();
         fence_registers(dk);
         fence_registers(dv);
@@ -1301,14 +1302,14 @@ struct ConsumerWarpgroup : BackwardBlock {
 
     // excerpt: dq-gemm
     // A consumer's 64 x 64 piece of dQ = dS K for the `read`-th query tile of the walk (A = dS^T
-    // from shared memory), and in the same GEMM rowsum(dS) = dS 1 over all the block's keys: B is
-    // the piece's slab of K and then 8 columns of ones (of 1 / SLABS), so accumulator columns
-    // 64..71 (dq[32..35]) each hold the row sums. The caller fences and commits.
-    __device__ __forceinline__ void issue_dq(float (&dq)[Config::DQ_N / 2], int read) const {
+    // from shared memory), and (SUMS_ROWS) in the same GEMM rowsum(dS) = dS 1 over all the block's
+    // keys: B is the piece's slab of K and then 8 columns of ones, so accumulator columns 64..71
+    // (dq[32..35]) each hold the row sums. The caller fences and commits.
+    __device__ __forceinline__ void issue_dq(float (&dq)[DQ_N / 2], int read) const {
         const uint32_t ds_bytes = (read & 1) * Config::DS_BYTES;  // read = -1: buffer 1
 #pragma unroll
         for (int step = 0; step < KEY_STEPS; ++step)
-            Wgmma<Config::DQ_N>::template ss<1, 1>(dq, advance_descriptor(ds_mnmajor, ds_bytes + ds_piece_bytes + step * MN_STEP),
+            Wgmma<DQ_N>::template ss<1, 1>(dq, advance_descriptor(ds_mnmajor, ds_bytes + ds_piece_bytes + step * MN_STEP),
                                                    advance_descriptor(k_piece, step * MN_STEP), step > 0);
     }
     // end excerpt
@@ -1327,27 +1328,29 @@ struct ConsumerWarpgroup : BackwardBlock {
     // This thread's part of the piece of dQ and of its dS row sums, into the staging tiles; in
     // deterministic mode as integers, each row times its scale (`scales`, from load_row_scales)
     // and rounded to the nearest.
-    __device__ __forceinline__ void stage_dq(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2]) const {
+    __device__ __forceinline__ void stage_dq(const float (&dq)[DQ_N / 2], const float2 (&scales)[2]) const {
         if constexpr (Config::DETERMINISTIC) {
 #pragma unroll
             for (int i = 0; i < 8; ++i)
                 reinterpret_cast<int4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
                     make_int4(__float2int_rn(dq[4 * i] * scales[0].x), __float2int_rn(dq[4 * i + 1] * scales[0].x),
                               __float2int_rn(dq[4 * i + 2] * scales[1].x), __float2int_rn(dq[4 * i + 3] * scales[1].x));
-            if (lane % 4 == 0) {
-                int* rowsums = reinterpret_cast<int*>(rowsum_staging);
-                rowsums[warp * 16 + fragment_row] = __float2int_rn(dq[32] * scales[0].y);
-                rowsums[warp * 16 + fragment_row + 8] = __float2int_rn(dq[34] * scales[1].y);
-            }
+            if constexpr (SUMS_ROWS)
+                if (lane % 4 == 0) {
+                    int* rowsums = reinterpret_cast<int*>(rowsum_staging);
+                    rowsums[warp * 16 + fragment_row] = __float2int_rn(dq[32] * scales[0].y);
+                    rowsums[warp * 16 + fragment_row + 8] = __float2int_rn(dq[34] * scales[1].y);
+                }
         } else {
 #pragma unroll
             for (int i = 0; i < 8; ++i)
                 reinterpret_cast<float4*>(dq_staging)[(warp * 8 + i) * 32 + lane] =
                     make_float4(dq[4 * i], dq[4 * i + 1], dq[4 * i + 2], dq[4 * i + 3]);
-            if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
-                rowsum_staging[warp * 16 + fragment_row] = dq[32];
-                rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
-            }
+            if constexpr (SUMS_ROWS)
+                if (lane % 4 == 0) {  // every column of dS 1 holds the row sums
+                    rowsum_staging[warp * 16 + fragment_row] = dq[32];
+                    rowsum_staging[warp * 16 + fragment_row + 8] = dq[34];
+                }
         }
     }
     // end excerpt
@@ -1361,7 +1364,7 @@ struct ConsumerWarpgroup : BackwardBlock {
     // and every thread arrives; the writer waits for all 128. With Config::LATE_PUBLISH the walk
     // publishes a piece in the next tile, once dP^T is done, so that the consumer does not wait
     // for its stores to land between its gradients and its next turn.
-    __device__ __forceinline__ void stage_piece(const float (&dq)[Config::DQ_N / 2], const float2 (&scales)[2],
+    __device__ __forceinline__ void stage_piece(const float (&dq)[DQ_N / 2], const float2 (&scales)[2],
                                                 int handed) const {
         if (handed > 0) mbarrier_wait(DqWriter<Config>::free(base, warpgroup), uint32_t((handed - 1) % 2));
         stage_dq(dq, scales);
@@ -1374,7 +1377,7 @@ struct ConsumerWarpgroup : BackwardBlock {
 
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn),
     // into the caller's dq.
-    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[Config::DQ_N / 2], int handed) const {
+    __device__ __forceinline__ void hand_over_last_dq(float (&dq)[DQ_N / 2], int handed) const {
         float2 scales[2];
         if constexpr (Config::DETERMINISTIC) load_row_scales(scales, q_tiles - 1);
         wait_turn();
@@ -1420,11 +1423,11 @@ struct ConsumerWarpgroup : BackwardBlock {
     }
 };
 
-template <class Config>
-__device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
+template <class Config, bool SUMS_ROWS>
+__device__ __forceinline__ ConsumerWarpgroup<Config, SUMS_ROWS> make_consumer_warpgroup(
     const BackwardBlock& block, float* dq_accumulator, float* ds_rowsum, int len_q, int len_kv, int kv_tiles,
     float scale, bool causal, DeterministicSums sums) {
-    using Consumer = ConsumerWarpgroup<Config>;
+    using Consumer = ConsumerWarpgroup<Config, SUMS_ROWS>;
     using Shared = BackwardSharedLayout<Config>;
     constexpr int BLOCK_Q = Config::BLOCK_Q, BLOCK_KV = Config::BLOCK_KV, SLABS = Config::SLABS;
     constexpr uint32_t ROW = Consumer::ROW;
@@ -1469,18 +1472,19 @@ __device__ __forceinline__ ConsumerWarpgroup<Config> make_consumer_warpgroup(
 // A consumer warpgroup from start to end: dK and dV of its 64 keys stay in registers while it
 // walks the query tiles, then leave by TMA. The register arrays are declared here, not in the
 // steps that fill them: declared inside a step, they changed the compiled code (lab notes 11).
-template <class Config>
+// SUMS_ROWS: whether its dQ GEMM also sums the rows of dS (Config::sums_rows).
+template <class Config, bool SUMS_ROWS>
 __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, const CUtensorMap& dk_map,
                                                   const CUtensorMap& dv_map, float* dq_accumulator,
                                                   float* ds_rowsum, float* key_sum, int len_q, int len_kv,
                                                   int kv_tiles, float scale, bool causal,
                                                   DeterministicSums sums) {
     constexpr int HEAD_DIM = Config::HEAD_DIM, BLOCK_Q = Config::BLOCK_Q, STAGES = Config::STAGES;
-    constexpr int Q_STEPS = BLOCK_Q / 16;
+    constexpr int Q_STEPS = BLOCK_Q / 16, DQ_N = ConsumerWarpgroup<Config, SUMS_ROWS>::DQ_N;
     TIMELINE_BEGIN;  // the phase stamps (common/timeline.cuh): nothing unless measured
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_START, block.first_q_tile);
-    const ConsumerWarpgroup<Config> consumer =
-        make_consumer_warpgroup<Config>(block, dq_accumulator, ds_rowsum, len_q, len_kv, kv_tiles, scale, causal, sums);
+    const ConsumerWarpgroup<Config, SUMS_ROWS> consumer =
+        make_consumer_warpgroup<Config, SUMS_ROWS>(block, dq_accumulator, ds_rowsum, len_q, len_kv, kv_tiles, scale, causal, sums);
     float dk[HEAD_DIM / 2] = {};
     float dv[HEAD_DIM / 2] = {};
     mbarrier_wait(block.kv_full, 0);
@@ -1490,6 +1494,9 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     // threads have added theirs before the barrier that ends add_key_column_sums.
     if constexpr (!Config::DETERMINISTIC)
         if (threadIdx.x % 128 == 0) mbarrier_arrive(DqWriter<Config>::key_sums(block.base, block.warpgroup));
+    // A piece without row sums hands over zeros in their place (made visible with its first piece).
+    if constexpr (!SUMS_ROWS)
+        if (threadIdx.x % 128 < 64) consumer.rowsum_staging[threadIdx.x % 128] = 0.0f;
 
     const int first_q_tile = block.first_q_tile, q_tiles = block.q_tiles;
     if (!consumer.lagging && first_q_tile < q_tiles) consumer.pass_turn();  // consumer 0 goes first
@@ -1538,7 +1545,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         // Second turn: dK, dV and a piece of dQ.
         consumer.wait_turn();
         TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_GRADIENTS_TURN, q_tile);
-        float dq[Config::DQ_N / 2];
+        float dq[DQ_N / 2];
         const bool has_dq = !consumer.lagging || read > 0;
         consumer.issue_gradients(dk, dv, dq, p_fragment, ds_fragment, stage, read);
         consumer.pass_turn();
@@ -1557,7 +1564,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
     if (Config::LATE_PUBLISH && q_tiles - first_q_tile > int(consumer.lagging)) consumer.publish_piece();
     // Consumer 0's piece of the last tile, once consumer 1 has written its half (its last turn).
     if (consumer.lagging && first_q_tile < q_tiles) {
-        float dq[Config::DQ_N / 2];
+        float dq[DQ_N / 2];
         consumer.hand_over_last_dq(dq, q_tiles - first_q_tile - 1);
     }
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
@@ -1651,7 +1658,7 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         }
         fence_barrier_init();
     }
-    const __nv_bfloat162 ones = __float2bfloat162_rn(Config::ONES_VALUE);
+    const __nv_bfloat162 ones = __float2bfloat162_rn(1.0f);
     for (int i = int(threadIdx.x); i < int(Config::ONES_BYTES / 4); i += Config::THREADS)
         reinterpret_cast<__nv_bfloat162*>(block.ones)[i] = ones;
     fence_proxy_async_shared();  // the tensor cores read what ordinary stores wrote
@@ -1669,8 +1676,12 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
-    backward_consumer<Config>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
-                              kv_tiles, scale, causal, sums);
+    if (Config::Q_SLABS == Config::CONSUMERS || Config::sums_rows(block.warpgroup))
+        backward_consumer<Config, true>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
+                                        kv_tiles, scale, causal, sums);
+    else
+        backward_consumer<Config, false>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
+                                         kv_tiles, scale, causal, sums);
 }
 
 // A [count] FP32 vector read in boxes of box_count, seen as a [1][count] tensor (the encoder
