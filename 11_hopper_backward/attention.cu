@@ -1094,13 +1094,22 @@ struct ConsumerWarpgroup : BackwardBlock {
     // written its half; consumer 0 issues its piece a tile later, when consumer 1's half is
     // written (`lagging`).
     static_assert(Config::CONSUMERS == 2, "the turns alternate between two consumers");
-    static constexpr int TURN = 2 + Config::CONSUMERS;  // ids 1 .. CONSUMERS + 1 are taken
+    static constexpr int TURN = 1 + Config::CONSUMERS;  // ids 1 .. CONSUMERS are taken
     __device__ __forceinline__ void wait_turn() const { named_barrier_sync(TURN + warpgroup, 256); }
     __device__ __forceinline__ void pass_turn() const {
         named_barrier_arrive(TURN + (warpgroup + 1) % Config::CONSUMERS, 256);
     }
     bool lagging;  // consumer 0: its piece of dQ comes a tile late
     // end excerpt
+
+    // Both consumers meet: each arrives at the other's named barrier and waits at its own. The
+    // two run different code (SUMS_ROWS), and one barrier waited at from two places is one that
+    // synccheck reports as divergent; this way each barrier is waited at in one place only.
+    static constexpr int MEET = TURN + Config::CONSUMERS;  // ids MEET + w
+    __device__ __forceinline__ void meet() const {
+        named_barrier_arrive(MEET + (warpgroup + 1) % Config::CONSUMERS, 256);
+        named_barrier_sync(MEET + warpgroup, 256);
+    }
 
     // Deterministic mode only (Config::DETERMINISTIC; unset otherwise): this consumer's row of
     // K column sums, and every query row's scales into fixed point (dq_fixed_point.h).
@@ -1198,7 +1207,7 @@ struct ConsumerWarpgroup : BackwardBlock {
                 for (int offset = 4; offset < 32; offset *= 2) sum += __shfl_xor_sync(FULL_MASK, sum, offset);
                 if (lane < 4) partials[n * 8 + fragment_column + i] = sum;
             }
-        named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);  // both consumers
+        meet();
         const float* all = delta_partials + (read % 2) * 4 * Config::CONSUMERS * BLOCK_Q;
         float* exact = reinterpret_cast<float*>(base + Shared::EXACT_DELTA) + warpgroup * BLOCK_Q;
         const int query = int(threadIdx.x) % 128;
@@ -1568,7 +1577,7 @@ __device__ __forceinline__ void backward_consumer(const BackwardBlock& block, co
         consumer.hand_over_last_dq(dq, q_tiles - first_q_tile - 1);
     }
     // Every dQ has read all of K before a consumer overwrites its rows with dK.
-    named_barrier_sync(1 + Config::CONSUMERS, 128 * Config::CONSUMERS);
+    consumer.meet();
     consumer.store_dk_dv(dk, dv, dk_map, dv_map);
     TIMELINE_STAMP_AS(block.warpgroup, TIMELINE_END, q_tiles);
 }
