@@ -593,7 +593,7 @@ def hopper_constants(found):
         "BLOCK_Q_D64": integer(path, r"static constexpr int BLOCK_Q = HEAD_DIM == 64 \? (\d+) : \d+;"),
         "BLOCK_Q_D128": integer(path, r"static constexpr int BLOCK_Q = HEAD_DIM == 64 \? \d+ : (\d+);"),
         "STAGES": integer(path, r"struct BackwardTiling \{[^}]*?STAGES = (\d+);"),
-        "DQ_N_ONES": integer(path, r"static constexpr int DQ_N = 64 \+ (\d+);")}
+        "DQ_N_ONES": integer(path, r"static constexpr int DQ_N = SUMS_ROWS \? 64 \+ (\d+) : 64;")}
     found["11_hopper_backward"]["BLOCK_KV"] = 64 * found["11_hopper_backward"]["CONSUMERS"]
     path = "11_hopper_backward/dq_fixed_point.h"
     found["11_hopper_backward"]["FIXED_POINT_BITS"] = integer(path, r"constexpr int FIXED_POINT_BITS = (\d+);")
@@ -1160,8 +1160,8 @@ def backward_flow_11(plt, found):
     axis.text(9.4, 4.9, "turns at the tensor cores:\nbar.sync / bar.arrive", ha="center", va="center",
               fontsize=7, family="monospace")
     flow_box(axis, 7.9, 0.2, 3.0, 1.6, "dSᵀ (both halves) in shared memory,\n2 buffers: tiles j and j - 1\n"
-             "each a 64 × 64 piece of dQ = dS K (ss)\nwith rowsum(dS) = dS·1 (N = 64 + 8), of\n"
-             "tile j by c1, in its dK, dV turn,\nof tile j - 1 by c0 (one tile later)\n-> FP32 staging tiles",
+             "each a 64 × 64 piece of dQ = dS K (ss)\nwith rowsum(dS) = dS·1 (N = 64 + 8; at\n"
+             "D = 128 c0's only): tile j's by c1, in\nits dK, dV turn, tile j - 1's by c0 (a\ntile later) -> FP32 staging tiles",
              STATE_COLOUR, size=7.5)
     flow_arrow(axis, (9.4, 2.7), (9.4, 1.8))
     # Consumer 0's half of dS^T goes to the same shared tile: a path around consumer 1.
@@ -1294,7 +1294,7 @@ def rowsum_fold_11(plt, found):
     block(cx + k_w, top - a_h, o_w, a_h, green, "Σ", size=10)
     axis.text(cx + k_w + o_w + 0.25, top - a_h / 2,
               f"columns 64..{63 + ones}: each holds\nrowsum(dS) of the piece's\nqueries over all {keys} keys\n"
-              "(at D = 128 the two pieces\nshare their queries: the\ntile holds ½, each adds half)",
+              "(at D = 128 the two pieces\nshare their queries: only\nconsumer 0's GEMM has the\nones, consumer 1's is\nm64n64k16)",
               fontsize=8, va="center", ha="left")
 
     # Shared memory: where the descriptor finds the two parts of B.
