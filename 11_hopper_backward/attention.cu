@@ -1685,6 +1685,8 @@ flash_backward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_co
         return;
     }
     setmaxnreg_inc<Config::CONSUMER_REGISTERS>();
+    // Each consumer's own walk (SUMS_ROWS). Where every consumer sums rows (D = 64) the first test
+    // is true at compile time and the kernel has one walk.
     if (Config::Q_SLABS == Config::CONSUMERS || Config::sums_rows(block.warpgroup))
         backward_consumer<Config, true>(block, dk_map, dv_map, dq_accumulator, ds_rowsum, key_sum, len_q, len_kv,
                                         kv_tiles, scale, causal, sums);
